@@ -1,0 +1,5 @@
+import sys
+
+from nri_numa.cli import main
+
+sys.exit(main())

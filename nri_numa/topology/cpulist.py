@@ -1,0 +1,81 @@
+"""The kernel's two ways of writing a set of small integers: lists and masks.
+
+A *list* is ``0-3,8,10-11`` (sysfs ``cpulist``, ``online``, cgroup ``cpuset.cpus``); a *mask* is
+comma-separated 32-bit hex words, most significant first (``0000,00000f0f``). Files read from sysfs
+may end in NUL bytes or carry stray whitespace, and an empty string is the empty set.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+_JUNK = " \t\r\n\x00"
+
+
+class ListFormatError(ValueError):
+    """A string that is not a kernel list or mask."""
+
+
+def parse_list(text: str) -> frozenset[int]:
+    """``"0-3,8"`` → ``{0, 1, 2, 3, 8}``. Accepts the ``A-B:S`` stride form the kernel reads."""
+    text = text.strip(_JUNK)
+    if not text:
+        return frozenset()
+    out: set[int] = set()
+    for part in text.split(","):
+        part = part.strip(_JUNK)
+        if not part:
+            raise ListFormatError(f"empty element in list {text!r}")
+        try:
+            span, _, stride_text = part.partition(":")
+            stride = int(stride_text) if stride_text else 1
+            first_text, dash, last_text = span.partition("-")
+            first = int(first_text)
+            last = int(last_text) if dash else first
+        except ValueError:
+            raise ListFormatError(f"bad element {part!r} in list {text!r}") from None
+        if first < 0 or last < first or stride < 1:
+            raise ListFormatError(f"bad range {part!r} in list {text!r}")
+        out.update(range(first, last + 1, stride))
+    return frozenset(out)
+
+
+def format_list(ids: Iterable[int]) -> str:
+    """``{0, 1, 2, 3, 8}`` → ``"0-3,8"`` (ascending, ranges merged)."""
+    parts: list[str] = []
+    run_start = run_end = None
+    for i in sorted(set(ids)):
+        if run_end is not None and i == run_end + 1:
+            run_end = i
+            continue
+        if run_start is not None:
+            parts.append(_span(run_start, run_end))
+        run_start = run_end = i
+    if run_start is not None:
+        parts.append(_span(run_start, run_end))
+    return ",".join(parts)
+
+
+def _span(first: int, last: int) -> str:
+    return str(first) if first == last else f"{first}-{last}"
+
+
+def parse_mask(text: str) -> frozenset[int]:
+    """``"0000,0000000f"`` → ``{0, 1, 2, 3}``."""
+    text = text.strip(_JUNK).replace(",", "")
+    if not text:
+        return frozenset()
+    try:
+        value = int(text, 16)
+    except ValueError:
+        raise ListFormatError(f"bad mask {text!r}") from None
+    return frozenset(i for i in range(value.bit_length()) if value >> i & 1)
+
+
+def format_mask(ids: Iterable[int], width_bits: int = 32) -> str:
+    """``{0, 1, 2, 3}`` → ``"0000000f"``; at least ``width_bits`` wide, 32-bit words, MSW first."""
+    value = 0
+    for i in ids:
+        value |= 1 << i
+    words = max(1, -(-max(width_bits, value.bit_length()) // 32))
+    return ",".join(f"{value >> (32 * w) & 0xFFFFFFFF:08x}" for w in reversed(range(words)))
