@@ -1,0 +1,130 @@
+"""``nri-numa``: the command line. Each subcommand is a small function over the library."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from nri_numa import __version__
+
+
+class CliError(Exception):
+    """A problem the user can fix; printed as one line, exit status 1."""
+
+
+def _load_topology(args: argparse.Namespace):
+    from nri_numa.topology import Topology, TopologyFormatError, discover
+
+    if args.preset:
+        return _preset(args.preset)
+    if args.topology:
+        try:
+            text = Path(args.topology).read_text()
+        except OSError as e:
+            raise CliError(f"cannot read topology file {args.topology}: {e.strerror}") from None
+        try:
+            return Topology.from_json(text)
+        except TopologyFormatError as e:
+            raise CliError(f"{args.topology}: {e}") from None
+    root = Path(args.root)
+    if not (root / "sys").is_dir():
+        raise CliError(f"{root} has no sys/ folder: --root takes the folder that holds sys/")
+    return discover(root, nvml=not args.no_nvml)
+
+
+def _preset(name: str):
+    from nri_numa.topology.synthetic import preset_topology
+
+    try:
+        return preset_topology(name)
+    except KeyError as e:
+        raise CliError(e.args[0] if e.args else f"unknown preset {name!r}") from None
+
+
+def cmd_topology(args: argparse.Namespace) -> int:
+    from nri_numa.topology.render import render_table, render_tree
+
+    topology = _load_topology(args)
+    if args.format == "json":
+        print(topology.to_json())
+    elif args.format == "tree":
+        print(render_tree(topology))
+    else:
+        print(render_table(topology))
+    return 0
+
+
+def cmd_generate(args: argparse.Namespace) -> int:
+    from nri_numa.topology.synthetic import write_tree
+
+    topology = _load_topology(args)
+    out = Path(args.out)
+    if out.exists() and any(out.iterdir()):
+        raise CliError(f"{out} exists and is not empty; give a new or empty folder")
+    out.mkdir(parents=True, exist_ok=True)
+    write_tree(topology, out)
+    print(f"wrote a sysfs tree of {len(topology.cpus)} CPUs, {len(topology.numa_nodes)} NUMA nodes, "
+          f"{len(topology.gpus)} GPUs to {out}; read it with: nri-numa topology --root {out}")
+    return 0
+
+
+def cmd_presets(args: argparse.Namespace) -> int:
+    from nri_numa.topology.synthetic import PRESETS
+
+    width = max(len(name) for name in PRESETS)
+    for name, preset in PRESETS.items():
+        print(f"{name.ljust(width)}  {preset.summary}")
+    return 0
+
+
+def _add_source_options(p: argparse.ArgumentParser) -> None:
+    source = p.add_mutually_exclusive_group()
+    source.add_argument("--root", default="/", metavar="PREFIX",
+                        help="read sysfs under PREFIX/sys (and PREFIX/proc); default: / (this machine)")
+    source.add_argument("--preset", metavar="NAME", help="a synthetic machine (see `nri-numa presets`)")
+    source.add_argument("--topology", metavar="FILE",
+                        help="a topology captured with `nri-numa topology --json`")
+    p.add_argument("--no-nvml", action="store_true", help="do not ask NVML for GPUs")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="nri-numa",
+        description="NUMA-aligned CPUs, memory and devices for containers.")
+    parser.add_argument("--version", action="version", version=f"nri-numa {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    p = sub.add_parser("topology", help="show the machine: CPUs, NUMA nodes, memory, devices",
+                       description="Show the machine as nri-numa sees it.")
+    _add_source_options(p)
+    fmt = p.add_mutually_exclusive_group()
+    fmt.add_argument("--json", dest="format", action="store_const", const="json",
+                     help="the topology as JSON (docs/topology-json.md); replay it with --topology")
+    fmt.add_argument("--tree", dest="format", action="store_const", const="tree",
+                     help="package → NUMA node → L3 → core → threads, devices under their node")
+    fmt.add_argument("--table", dest="format", action="store_const", const="table",
+                     help="one row per NUMA node (the default)")
+    p.set_defaults(func=cmd_topology, format="table")
+
+    p = sub.add_parser("generate", help="write a fake sysfs tree (and fake NVML) for a machine",
+                       description="Write a sysfs tree that `nri-numa topology --root OUT` reads back "
+                                   "as the same machine: for tests, demos and what-if runs.")
+    _add_source_options(p)
+    p.add_argument("--out", required=True, metavar="DIR", help="a new or empty folder")
+    p.set_defaults(func=cmd_generate)
+
+    p = sub.add_parser("presets", help="list the synthetic machines")
+    p.set_defaults(func=cmd_presets)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except CliError as e:
+        print(f"nri-numa: error: {e}", file=sys.stderr)
+        return 1
+    except BrokenPipeError:
+        return 0
