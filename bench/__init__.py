@@ -1,0 +1,1 @@
+"""Benchmarks with their own runner (not timed tests), and the reference merge they time."""
