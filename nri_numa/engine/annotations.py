@@ -1,0 +1,92 @@
+"""Per-pod overrides, as pod annotations under one prefix: ``numa.nri.io/``.
+
+A pod may *narrow* what the node's configuration gives it, never widen it:
+
+* ``numa.nri.io/topology-policy``: ``none`` < ``best-effort`` < ``restricted`` <
+  ``single-numa-node``; the pod may name the node's policy or a stricter one.
+* ``numa.nri.io/topology-scope``: ``container`` < ``pod``; pod scope is the stricter, since it
+  aligns every container of the pod together.
+
+A looser value is an error, not silently ignored: the pod asked for something it will not get.
+The node may forbid overrides altogether (``allowPodOverrides: false``); a pod that carries one
+there gets an error too. Unknown names under the prefix are errors as well, so that a typo is
+not mistaken for "no override"; parts that add annotations of their own under the prefix pass
+their names in ``other_known``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import TypeVar
+
+from nri_numa.engine.config import EngineConfig, Ranked, TopologyPolicy, TopologyScope
+
+PREFIX = "numa.nri.io/"
+TOPOLOGY_POLICY = PREFIX + "topology-policy"
+TOPOLOGY_SCOPE = PREFIX + "topology-scope"
+OVERRIDES = (TOPOLOGY_POLICY, TOPOLOGY_SCOPE)
+
+R = TypeVar("R", bound=Ranked)
+
+
+class AnnotationError(ValueError):
+    """A pod annotation that cannot be honoured; the message names it, its value and what is
+    allowed."""
+
+
+@dataclass(frozen=True)
+class PodTopology:
+    """The topology policy and scope that apply to one pod."""
+
+    policy: TopologyPolicy
+    scope: TopologyScope
+    overridden: tuple[str, ...] = ()  # annotations that changed policy or scope, for explain
+
+
+def pod_topology(config: EngineConfig, annotations: Mapping[str, str], *,
+                 other_known: Iterable[str] = ()) -> PodTopology:
+    """The node's policy and scope, narrowed by the pod's annotations; raises AnnotationError."""
+    ours = {k: v for k, v in annotations.items() if k.startswith(PREFIX)}
+    _check_names(ours, frozenset(OVERRIDES) | frozenset(other_known))
+    asked = [name for name in OVERRIDES if name in ours]
+    if asked and not config.allow_pod_overrides:
+        raise AnnotationError(f"annotation {asked[0]}: pod overrides are disabled on this node "
+                              "(allowPodOverrides: false); remove the annotation")
+    policy = _narrowed(ours, TOPOLOGY_POLICY, config.topology_manager_policy,
+                       "topologyManagerPolicy")
+    scope = _narrowed(ours, TOPOLOGY_SCOPE, config.topology_manager_scope,
+                      "topologyManagerScope")
+    if (policy is not config.topology_manager_policy
+            and policy is TopologyPolicy.SINGLE_NUMA_NODE and config.cpu_options.align_by_socket):
+        raise AnnotationError(f'annotation {TOPOLOGY_POLICY}: "{policy}" cannot be used on this '
+                              "node: its cpuManagerPolicyOptions turn on align-by-socket, which "
+                              "the single-numa-node policy is incompatible with")
+    overridden = tuple(name for name, node_value, value in (
+        (TOPOLOGY_POLICY, config.topology_manager_policy, policy),
+        (TOPOLOGY_SCOPE, config.topology_manager_scope, scope)) if value is not node_value)
+    return PodTopology(policy=policy, scope=scope, overridden=overridden)
+
+
+def _check_names(ours: Mapping[str, str], known: frozenset[str]) -> None:
+    for name in sorted(ours):
+        if name not in known:
+            raise AnnotationError(f"annotation {name}: unknown; annotations under {PREFIX} are "
+                                  f"{', '.join(sorted(known))}")
+
+
+def _narrowed(ours: Mapping[str, str], name: str, node_value: R, key: str) -> R:
+    raw = ours.get(name)
+    if raw is None:
+        return node_value
+    kind = type(node_value)
+    allowed = [v.value for v in kind if v.strictness >= node_value.strictness]
+    if raw not in {v.value for v in kind}:
+        raise AnnotationError(f'annotation {name}: "{raw}" is not one of '
+                              f"{', '.join(v.value for v in kind)}; this node allows "
+                              f"{', '.join(allowed)}")
+    value = kind(raw)
+    if value.strictness < node_value.strictness:
+        raise AnnotationError(f'annotation {name}: "{raw}" is looser than this node\'s {key} '
+                              f'"{node_value}"; a pod may only narrow it: {", ".join(allowed)}')
+    return value

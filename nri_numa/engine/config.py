@@ -1,0 +1,510 @@
+"""The engine's configuration, under KubeletConfiguration's names, with the kubelet's checks.
+
+``config_from_mapping`` reads an already-parsed mapping (the CLI parses YAML); every key is
+checked and every problem is reported at once in one ``ConfigError``. An ``EngineConfig`` is
+valid by construction: its ``__post_init__`` runs the checks the kubelet makes when it builds
+its managers (option names and values, incompatible option pairs, static policies without
+reservations), with the kubelet's own texts so that they can be searched for. Checks that need
+the machine live in ``validate_for_topology``.
+
+Two deliberate differences from the kubelet, both documented in docs/configuration.md:
+
+* No feature gates: every policy option the kubelet knows is available, alpha or not.
+* No NUMA node limit unless asked for. The kubelet refuses topology policies on machines with
+  more than 8 NUMA nodes (``max-allowable-numa-nodes``, default 8) because its merge enumerates
+  every combination of hints; our merge does not, so the limit applies only when
+  ``max-allowable-numa-nodes`` is set explicitly (and then, as in the kubelet, it is at least 8).
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field, fields
+from enum import StrEnum
+from functools import cached_property
+from types import MappingProxyType
+from typing import Any
+
+from nri_numa.engine.quantity import MAX_INT64, QuantityError, resource_amount
+from nri_numa.engine.request import RequestError, hugepage_size_kib
+from nri_numa.topology.cpulist import ListFormatError, format_list, parse_list
+from nri_numa.topology.model import NumaNode, Topology
+
+
+class ConfigError(ValueError):
+    """A configuration that cannot be used; ``problems`` lists every reason found."""
+
+    def __init__(self, problems: Iterable[str]) -> None:
+        self.problems = tuple(problems)
+        if len(self.problems) == 1:
+            message = self.problems[0]
+        else:
+            message = "\n".join([f"{len(self.problems)} problems in the configuration:",
+                                 *(f"  - {p}" for p in self.problems)])
+        super().__init__(message)
+
+
+class Ranked(StrEnum):
+    """Members are declared from the loosest to the strictest; ``strictness`` is that rank."""
+
+    @property
+    def strictness(self) -> int:
+        return list(type(self)).index(self)
+
+
+class TopologyPolicy(Ranked):
+    NONE = "none"
+    BEST_EFFORT = "best-effort"
+    RESTRICTED = "restricted"
+    SINGLE_NUMA_NODE = "single-numa-node"
+
+
+class TopologyScope(Ranked):
+    CONTAINER = "container"
+    POD = "pod"  # stricter: the whole pod is aligned together
+
+
+class CpuManagerPolicy(StrEnum):
+    NONE = "none"
+    STATIC = "static"
+
+
+class MemoryManagerPolicy(StrEnum):
+    NONE = "None"  # capitalised, as the kubelet spells them
+    STATIC = "Static"
+
+
+PREFER_CLOSEST = "prefer-closest-numa-nodes"
+MAX_ALLOWABLE = "max-allowable-numa-nodes"
+KUBELET_MIN_ALLOWABLE = 8
+TOPOLOGY_OPTIONS = (PREFER_CLOSEST, MAX_ALLOWABLE)
+
+
+@dataclass(frozen=True)
+class CpuManagerOptions:
+    """cpuManagerPolicyOptions, parsed; attribute names are the option names in snake case."""
+
+    full_pcpus_only: bool = False
+    distribute_cpus_across_numa: bool = False
+    align_by_socket: bool = False
+    distribute_cpus_across_cores: bool = False
+    strict_cpu_reservation: bool = False
+    prefer_align_cpus_by_uncorecache: bool = False
+
+
+CPU_OPTIONS = tuple(f.name.replace("_", "-") for f in fields(CpuManagerOptions))
+# The pairs the kubelet refuses, in the order it checks them.
+_INCOMPATIBLE_CPU_OPTIONS = (
+    ("full-pcpus-only", "distribute-cpus-across-cores"),
+    ("distribute-cpus-across-numa", "distribute-cpus-across-cores"),
+    ("prefer-align-cpus-by-uncorecache", "distribute-cpus-across-cores"),
+    ("prefer-align-cpus-by-uncorecache", "distribute-cpus-across-numa"),
+)
+# Go's strconv.ParseBool.
+_TRUE = ("1", "t", "T", "TRUE", "true", "True")
+_FALSE = ("0", "f", "F", "FALSE", "false", "False")
+_GO_INT = re.compile(r"[+-]?[0-9]+")
+RESERVABLE = ("cpu", "memory", "ephemeral-storage", "pid")  # kubeReserved / systemReserved keys
+
+
+def _parse_bool(value: str) -> bool | None:
+    return True if value in _TRUE else False if value in _FALSE else None
+
+
+def _bool_error(name: str, value: str) -> str:
+    return (f'bad value for option "{name}": strconv.ParseBool: parsing "{value}": invalid '
+            f"syntax (allowed: {', '.join(_TRUE + _FALSE)})")
+
+
+@dataclass(frozen=True)
+class MemoryReservation:
+    """One ``reservedMemory`` entry: bytes per resource (memory, hugepages-<size>) on a node."""
+
+    numa_node: int
+    limits: Mapping[str, int]
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "limits", MappingProxyType(dict(self.limits)))
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    topology_manager_policy: TopologyPolicy = TopologyPolicy.NONE
+    topology_manager_scope: TopologyScope = TopologyScope.CONTAINER
+    topology_manager_policy_options: Mapping[str, str] = field(default_factory=dict)
+    cpu_manager_policy: CpuManagerPolicy = CpuManagerPolicy.NONE
+    cpu_manager_policy_options: Mapping[str, str] = field(default_factory=dict)
+    reserved_system_cpus: frozenset[int] = frozenset()
+    kube_reserved: Mapping[str, int] = field(default_factory=dict)  # cpu in millicores
+    system_reserved: Mapping[str, int] = field(default_factory=dict)
+    memory_manager_policy: MemoryManagerPolicy = MemoryManagerPolicy.NONE
+    reserved_memory: tuple[MemoryReservation, ...] = ()
+    allow_pod_overrides: bool = True  # ours: may pods narrow policy/scope by annotation?
+
+    def __post_init__(self) -> None:
+        set_ = object.__setattr__
+        for attr, enum in (("topology_manager_policy", TopologyPolicy),
+                           ("topology_manager_scope", TopologyScope),
+                           ("cpu_manager_policy", CpuManagerPolicy),
+                           ("memory_manager_policy", MemoryManagerPolicy)):
+            value = getattr(self, attr)
+            if value not in {e.value for e in enum}:
+                raise ConfigError([f"{_camel(attr)}: {_not_one_of(value, enum)}"])
+            set_(self, attr, enum(value))
+        for attr in ("topology_manager_policy_options", "cpu_manager_policy_options",
+                     "kube_reserved", "system_reserved"):
+            set_(self, attr, MappingProxyType(dict(getattr(self, attr))))
+        set_(self, "reserved_system_cpus", frozenset(self.reserved_system_cpus))
+        set_(self, "reserved_memory", tuple(self.reserved_memory))
+        problems = [*_topology_option_problems(self.topology_manager_policy_options),
+                    *_cpu_manager_problems(self), *_memory_manager_problems(self)]
+        if problems:
+            raise ConfigError(problems)
+
+    @property
+    def prefer_closest_numa_nodes(self) -> bool:
+        return _parse_bool(self.topology_manager_policy_options.get(PREFER_CLOSEST, "false"))
+
+    @property
+    def max_allowable_numa_nodes(self) -> int | None:
+        """The explicit limit, or None: without the option our engine has no limit."""
+        value = self.topology_manager_policy_options.get(MAX_ALLOWABLE)
+        return None if value is None else int(value)
+
+    @cached_property
+    def cpu_options(self) -> CpuManagerOptions:
+        return CpuManagerOptions(**{name.replace("-", "_"): _parse_bool(value)
+                                    for name, value in self.cpu_manager_policy_options.items()})
+
+    @property
+    def num_reserved_cpus(self) -> int:
+        """reservedSystemCPUs' size when given (the kubelet then overrides the cpu of
+        kubeReserved and systemReserved), else ⌈(kubeReserved.cpu + systemReserved.cpu)⌉."""
+        if self.reserved_system_cpus:
+            return len(self.reserved_system_cpus)
+        millicores = self.kube_reserved.get("cpu", 0) + self.system_reserved.get("cpu", 0)
+        return -(-millicores // 1000)
+
+    @property
+    def reserved_memory_by_node(self) -> dict[int, dict[str, int]]:
+        """NUMA node → resource → reserved bytes, as the memory manager's state takes it."""
+        by_node: dict[int, dict[str, int]] = {}
+        for r in self.reserved_memory:
+            by_node.setdefault(r.numa_node, {}).update(r.limits)
+        return by_node
+
+
+def _camel(attr: str) -> str:
+    head, *rest = attr.split("_")
+    return head + "".join(w.capitalize() for w in rest)
+
+
+def _not_one_of(value: Any, enum: type[StrEnum]) -> str:
+    return f"{value!r} is not one of {', '.join(e.value for e in enum)}"
+
+
+def _topology_option_problems(options: Mapping[str, str]) -> list[str]:
+    problems = (_topology_option_problem(name, value) for name, value in sorted(options.items()))
+    return [f"topologyManagerPolicyOptions: {p}" for p in problems if p]
+
+
+def _topology_option_problem(name: str, value: str) -> str | None:
+    if name not in TOPOLOGY_OPTIONS:
+        return (f'unknown Topology Manager Policy option: "{name}" '
+                f"(known: {', '.join(TOPOLOGY_OPTIONS)})")
+    if name == PREFER_CLOSEST:
+        return _bool_error(name, value) if _parse_bool(value) is None else None
+    if not _GO_INT.fullmatch(value) or int(value) > MAX_INT64:
+        reason = "invalid syntax" if not _GO_INT.fullmatch(value) else "value out of range"
+        return (f'unable to convert policy option to integer "{name}": strconv.Atoi: parsing '
+                f'"{value}": {reason}')
+    if int(value) < KUBELET_MIN_ALLOWABLE:
+        return (f'the minimum value of "{MAX_ALLOWABLE}" should not be less than '
+                f"{KUBELET_MIN_ALLOWABLE}")
+    return None
+
+
+def _cpu_manager_problems(config: EngineConfig) -> list[str]:
+    options = config.cpu_manager_policy_options
+    if config.cpu_manager_policy is CpuManagerPolicy.NONE:
+        if not options:
+            return []
+        go_map = " ".join(f"{k}:{v}" for k, v in sorted(options.items()))
+        return [f"cpuManagerPolicyOptions: None policy: received unsupported options="
+                f"map[{go_map}] (options need cpuManagerPolicy: static)"]
+    problems = []
+    for name, value in sorted(options.items()):
+        if name not in CPU_OPTIONS:
+            problems.append(f'cpuManagerPolicyOptions: unknown CPU Manager Policy option: '
+                            f'"{name}" (known: {", ".join(CPU_OPTIONS)})')
+        elif _parse_bool(value) is None:
+            problems.append(f"cpuManagerPolicyOptions: {_bool_error(name, value)}")
+    if problems:
+        return problems
+    enabled = {name for name, value in options.items() if _parse_bool(value)}
+    problems = [f"cpuManagerPolicyOptions: static policy options {a} and {b} can not be used at "
+                "the same time" for a, b in _INCOMPATIBLE_CPU_OPTIONS if {a, b} <= enabled]
+    if ("align-by-socket" in enabled
+            and config.topology_manager_policy is TopologyPolicy.SINGLE_NUMA_NODE):
+        problems.append("cpuManagerPolicyOptions: Topology manager single-numa-node policy is "
+                        "incompatible with CPUManager align-by-socket policy option")
+    if config.num_reserved_cpus == 0:
+        problems.append("cpuManagerPolicy: [cpumanager] the static policy requires "
+                        "systemreserved.cpu + kubereserved.cpu to be greater than zero (set "
+                        "reservedSystemCPUs, or cpu in systemReserved or kubeReserved)")
+    return problems
+
+
+def _is_hugepages(resource: str) -> bool:
+    try:
+        return resource.startswith("hugepages-") and hugepage_size_kib(resource) > 0
+    except RequestError:
+        return False
+
+
+def _memory_manager_problems(config: EngineConfig) -> list[str]:
+    problems = []
+    seen: set[tuple[int, str]] = set()
+    for i, r in enumerate(config.reserved_memory):
+        where = f"reservedMemory[{i}]"
+        for resource, amount in r.limits.items():
+            if resource != "memory" and not _is_hugepages(resource):
+                problems.append(f'{where}: invalid configuration: the limit type "{resource}" for '
+                                f"NUMA node {r.numa_node} is not supported, only [memory "
+                                "hugepages-<HugePageSize>] is accepted")
+            if amount == 0:
+                problems.append(f"{where}: invalid configuration: reserved memory may not be zero "
+                                f'for NUMA node {r.numa_node} and resource "{resource}"')
+            if (r.numa_node, resource) in seen:
+                problems.append(f"{where}: invalid configuration: the reserved memory has a "
+                                f"duplicate value for NUMA node {r.numa_node} and resource "
+                                f'"{resource}"')
+            seen.add((r.numa_node, resource))
+    reserved = sum(r.limits.get("memory", 0) for r in config.reserved_memory)
+    if config.memory_manager_policy is MemoryManagerPolicy.STATIC and reserved == 0:
+        problems.append("memoryManagerPolicy: [memorymanager] you should specify the system "
+                        "reserved memory (reservedMemory with a memory limit on some NUMA node)")
+    return problems
+
+
+# --- reading a mapping ------------------------------------------------------------------
+
+API_VERSION = "kubelet.config.k8s.io/v1beta1"
+KIND = "KubeletConfiguration"
+
+
+def config_from_mapping(obj: Any) -> EngineConfig:
+    """An EngineConfig from a parsed mapping with KubeletConfiguration keys; absent keys keep
+    their defaults. Raises ConfigError listing every problem found."""
+    if obj is None:
+        obj = {}
+    if not isinstance(obj, Mapping):
+        raise ConfigError([f"the configuration must be a map of keys, not {type(obj).__name__}"])
+    problems: list[str] = []
+    values: dict[str, Any] = {}
+    for key, raw in obj.items():
+        reader = _READERS.get(key)
+        if reader is None:
+            problems.append(_unknown_key(key))
+            continue
+        try:
+            values.update(reader(key, raw))
+        except _KeyProblem as e:
+            problems.append(f"{key}: {e}")
+    if problems:
+        raise ConfigError(problems)
+    return EngineConfig(**values)
+
+
+class _KeyProblem(Exception):
+    """One key's value is wrong; config_from_mapping prefixes the key."""
+
+
+def _unknown_key(key: Any) -> str:
+    close = difflib.get_close_matches(str(key), KNOWN_KEYS, n=1)
+    hint = f"; did you mean {close[0]}?" if close else ""
+    return f"unknown key {key!r}{hint} (known keys: {', '.join(KNOWN_KEYS)})"
+
+
+def _choice(enum: type[StrEnum]) -> Callable[[str, Any], dict[str, Any]]:
+    def read(key: str, raw: Any) -> dict[str, Any]:
+        if raw not in {e.value for e in enum}:
+            raise _KeyProblem(_not_one_of(raw, enum))
+        return {_snake(key): enum(raw)}
+    return read
+
+
+def _fixed(expected: str) -> Callable[[str, Any], dict[str, Any]]:
+    def read(key: str, raw: Any) -> dict[str, Any]:
+        if raw != expected:
+            raise _KeyProblem(f"{raw!r} is not {expected!r}")
+        return {}
+    return read
+
+
+def _options(key: str, raw: Any) -> dict[str, Any]:
+    if not isinstance(raw, Mapping):
+        raise _KeyProblem(f"must be a map of option name to string value, not {raw!r}")
+    options = {}
+    for name, value in raw.items():
+        # YAML turns an unquoted true or 8 into a bool or an int; the kubelet wants strings,
+        # but the intent is plain, so take them.
+        if isinstance(value, bool):
+            value = "true" if value else "false"
+        elif isinstance(value, int):
+            value = str(value)
+        if not isinstance(name, str) or not isinstance(value, str):
+            raise _KeyProblem(f"option {name!r} must have a string value, not {value!r}")
+        options[name] = value
+    return {_snake(key): options}
+
+
+def _cpu_list(key: str, raw: Any) -> dict[str, Any]:
+    text = str(raw) if isinstance(raw, int) and not isinstance(raw, bool) else raw
+    if not isinstance(text, str):
+        raise _KeyProblem(f'must be a CPU list such as "0-1,32-33", not {raw!r}')
+    try:
+        return {"reserved_system_cpus": parse_list(text)}
+    except ListFormatError as e:
+        raise _KeyProblem(f"invalid configuration: unable to parse reservedSystemCPUs "
+                          f"(--reserved-cpus) {text}, error: {e}") from None
+
+
+def _reserved(key: str, raw: Any) -> dict[str, Any]:
+    if not isinstance(raw, Mapping):
+        raise _KeyProblem(f'must be a map such as {{cpu: "1", memory: "1Gi"}}, not {raw!r}')
+    amounts = {}
+    for resource, value in raw.items():
+        if resource not in RESERVABLE:
+            raise _KeyProblem(f"cannot reserve {resource!r} (allowed: {', '.join(RESERVABLE)})")
+        try:
+            amounts[resource] = resource_amount(resource, value)
+        except QuantityError as e:
+            raise _KeyProblem(f"{resource}: {e}") from None
+    return {_snake(key): amounts}
+
+
+def _reserved_memory(key: str, raw: Any) -> dict[str, Any]:
+    if not isinstance(raw, list):
+        raise _KeyProblem("must be a list of {numaNode: N, limits: {memory: \"1Gi\"}}")
+    return {"reserved_memory": tuple(_reservation(e, f"[{i}]") for i, e in enumerate(raw))}
+
+
+def _reservation(entry: Any, where: str) -> MemoryReservation:
+    if not isinstance(entry, Mapping) or set(entry) - {"numaNode", "limits"}:
+        raise _KeyProblem(f"{where}: must be a map with the keys numaNode and limits")
+    node = entry.get("numaNode")
+    if isinstance(node, bool) or not isinstance(node, int) or node < 0:
+        raise _KeyProblem(f"{where}.numaNode: must be a NUMA node id (0 or more), not {node!r}")
+    limits = entry.get("limits")
+    if not isinstance(limits, Mapping) or not limits:
+        raise _KeyProblem(f"{where}.limits: must be a map such as {{memory: \"1Gi\"}}")
+    amounts = {}
+    for resource, value in limits.items():
+        try:
+            amounts[str(resource)] = resource_amount(str(resource), value)
+        except QuantityError as e:
+            raise _KeyProblem(f"{where}.limits.{resource}: {e}") from None
+    return MemoryReservation(node, amounts)
+
+
+def _flag(key: str, raw: Any) -> dict[str, Any]:
+    if not isinstance(raw, bool):
+        raise _KeyProblem(f"must be true or false, not {raw!r}")
+    return {_snake(key): raw}
+
+
+def _snake(key: str) -> str:
+    return {"reservedSystemCPUs": "reserved_system_cpus"}.get(
+        key, re.sub(r"[A-Z]", lambda m: "_" + m[0].lower(), key))
+
+
+_READERS = {
+    "apiVersion": _fixed(API_VERSION),
+    "kind": _fixed(KIND),
+    "topologyManagerPolicy": _choice(TopologyPolicy),
+    "topologyManagerScope": _choice(TopologyScope),
+    "topologyManagerPolicyOptions": _options,
+    "cpuManagerPolicy": _choice(CpuManagerPolicy),
+    "cpuManagerPolicyOptions": _options,
+    "reservedSystemCPUs": _cpu_list,
+    "kubeReserved": _reserved,
+    "systemReserved": _reserved,
+    "memoryManagerPolicy": _choice(MemoryManagerPolicy),
+    "reservedMemory": _reserved_memory,
+    "allowPodOverrides": _flag,
+}
+KNOWN_KEYS = tuple(_READERS)
+
+
+# --- checks that need the machine -------------------------------------------------------
+
+
+def validate_for_topology(config: EngineConfig, topology: Topology) -> None:
+    """The kubelet's start-up checks that depend on the machine; raises ConfigError."""
+    problems = [*_numa_problems(config, topology), *_cpu_problems(config, topology),
+                *_reserved_memory_problems(config, topology)]
+    if problems:
+        raise ConfigError(problems)
+
+
+def _numa_problems(config: EngineConfig, topology: Topology) -> list[str]:
+    problems = []
+    limit, count = config.max_allowable_numa_nodes, len(topology.numa_nodes)
+    if config.topology_manager_policy is not TopologyPolicy.NONE and limit and count > limit:
+        problems.append(f"topologyManagerPolicyOptions: unsupported on machines with more than "
+                        f"{limit} NUMA Nodes (this machine has {count})")
+    if config.prefer_closest_numa_nodes:
+        ids = {n.id for n in topology.numa_nodes}
+        problems += [f"topologyManagerPolicyOptions: cannot discover NUMA topology: error getting "
+                     f"NUMA distances: NUMA node {n.id} has no distance to every node, which "
+                     f"{PREFER_CLOSEST} needs" for n in topology.numa_nodes
+                     if not ids <= set(n.distances)]
+    return problems
+
+
+def _cpu_problems(config: EngineConfig, topology: Topology) -> list[str]:
+    if config.cpu_manager_policy is not CpuManagerPolicy.STATIC:
+        return []
+    problems = []
+    online = topology.online_cpus
+    sockets = {c.socket for c in topology.cpus if c.online and c.socket is not None}
+    if config.cpu_options.align_by_socket and len(sockets) > len(topology.numa_nodes):
+        problems.append("cpuManagerPolicyOptions: Align by socket is not compatible with hardware "
+                        "where number of sockets are more than number of NUMA")
+    if config.reserved_system_cpus and not config.reserved_system_cpus <= online:
+        problems.append(f'reservedSystemCPUs: not all reserved cpus: '
+                        f'"{format_list(config.reserved_system_cpus)}" are present in '
+                        f'defaultCpuSet: "{format_list(online)}"')
+    elif config.num_reserved_cpus > len(online):
+        problems.append(f"kubeReserved/systemReserved: [cpumanager] unable to reserve the required "
+                        f"amount of CPUs (size of {format_list(online)} did not equal "
+                        f"{config.num_reserved_cpus})")
+    return problems
+
+
+def _reserved_memory_problems(config: EngineConfig, topology: Topology) -> list[str]:
+    nodes = {n.id: n for n in topology.numa_nodes}
+    problems = []
+    for i, r in enumerate(config.reserved_memory):
+        node = nodes.get(r.numa_node)
+        if node is None:
+            problems.append(f"reservedMemory[{i}]: the reserved memory configuration references "
+                            f"a NUMA node {r.numa_node} that does not exist on this machine")
+            continue
+        for resource, amount in r.limits.items():
+            capacity = _node_capacity(node, resource)
+            if amount > capacity:
+                problems.append(f"reservedMemory[{i}]: reserves {amount} bytes of {resource} on "
+                                f"NUMA node {node.id}, which has {capacity}")
+    return problems
+
+
+def _node_capacity(node: NumaNode, resource: str) -> int:
+    if resource == "memory":
+        return node.memory_bytes
+    size = hugepage_size_kib(resource)
+    pages = node.hugepages.get(size)
+    return 0 if pages is None else pages.total * size * 1024
