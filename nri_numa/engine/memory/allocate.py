@@ -1,0 +1,195 @@
+"""Allocating and releasing a container's memory (§5.4–5.6 of docs/kubelet-semantics.md).
+
+``allocate(state, pod_id, container_name, request, hint, init_containers=...)`` places
+``request`` (resource → bytes; non-memory resources are ignored) for a container of a Guaranteed
+pod (the caller decides QoS) and returns the new state:
+
+1. a container that already has blocks only refreshes the pod's init-container reuse record;
+2. ``hint`` is the topology manager's answer; without a mask the best of ``memory_hints`` is used
+   (it must be preferred if ``hint`` was);
+3. a mask whose free memory cannot hold the request is extended to the best hint containing it
+   (again preferred if the current one was). Unlike the kubelet, a single node that belongs to a
+   group is extended too (to its group) rather than taken alone: see ``_lone_member_of_group``;
+4. a multi-node mask must not take a node used alone or grouped differently;
+5. every requested resource gets one block on the mask; what this pod's finished regular init
+   containers left on that mask is reused first, the rest is taken from the mask's nodes in
+   ascending order, and the mask becomes the group of all its nodes;
+6. the reuse record is updated (a regular init container leaves its blocks behind, anything else
+   consumes them), and earlier regular init containers' blocks shrink by what this container
+   reused, so that the blocks of a pod add up to what it holds.
+
+``init_containers`` lists the pod's init containers in spec order; whether the container itself is
+a regular init container, a sidecar or an app container follows from it. Errors are
+``MemoryAllocationError`` with the kubelet's text.
+
+``remove(state, pod_id, container_name)`` gives a container's blocks back (a node left with no
+assignment leaves its group). Removing an unknown container returns the state unchanged.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from nri_numa.engine.hints import Hint
+from nri_numa.engine.memory.hints import best_hint, lead_resource, memory_hints
+from nri_numa.engine.memory.resources import InitContainer, requested_resources
+from nri_numa.engine.memory.state import (
+    Block,
+    Mask,
+    MemoryState,
+    MemoryStateError,
+    release_on,
+    reserve_on,
+)
+
+
+class MemoryAllocationError(Exception):
+    """The container's memory cannot be placed; the message is the kubelet's."""
+
+
+def allocate(state: MemoryState, pod_id: str, container_name: str, request: Mapping[str, int],
+             hint: Hint, *, init_containers: Sequence[InitContainer] = ()) -> MemoryState:
+    existing = state.container_blocks(pod_id, container_name)
+    if existing is not None:
+        return MemoryState(state.nodes, state.blocks, _reuse_record(
+            state, pod_id, container_name, init_containers, existing))
+    request = requested_resources(request)
+    if not request:
+        return state
+    mask = _placement(state, pod_id, request, hint)
+    nodes = dict(state.nodes)
+    blocks = tuple(Block(mask, r, request[r]) for r in sorted(request))
+    for block in blocks:
+        reusable = state.reusable_memory(pod_id, mask, block.type)
+        reserve_on(nodes, mask, block.type, max(0, block.size - reusable))
+    pod_blocks = dict(state.blocks.get(pod_id, {}))
+    pod_blocks[container_name] = blocks
+    _shrink_init_blocks(pod_blocks, container_name, init_containers, blocks)
+    all_blocks = dict(state.blocks)
+    all_blocks[pod_id] = pod_blocks
+    return MemoryState(nodes, all_blocks,
+                       _reuse_record(state, pod_id, container_name, init_containers, blocks))
+
+
+def remove(state: MemoryState, pod_id: str, container_name: str) -> MemoryState:
+    blocks = state.container_blocks(pod_id, container_name)
+    if blocks is None:
+        return state
+    nodes = dict(state.nodes)
+    for block in blocks:
+        if not all(n in nodes and block.type in nodes[n].tables for n in block.numa_affinity):
+            raise MemoryStateError(f"(pod: {pod_id}, container: {container_name}) holds "
+                                   f"{block.type} on NUMA nodes {list(block.numa_affinity)}, "
+                                   "which the machine state does not have")
+        release_on(nodes, block.numa_affinity, block.type, block.size)
+    all_blocks = dict(state.blocks)
+    all_blocks[pod_id] = {name: bs for name, bs in state.blocks[pod_id].items()
+                          if name != container_name}
+    return MemoryState(nodes, all_blocks, state.reusable)
+
+
+# --- choosing the mask ------------------------------------------------------------------------
+
+def _placement(state: MemoryState, pod_id: str, request: Mapping[str, int], hint: Hint) -> Mask:
+    best = hint
+    if hint.affinity is None:
+        default = best_hint(memory_hints(state, pod_id, request).get(lead_resource(request), []))
+        if default is None:
+            raise MemoryAllocationError("[memorymanager] failed to get the default NUMA affinity, "
+                                        "no NUMA nodes with enough memory is available")
+        if not default.preferred and best.preferred:
+            raise MemoryAllocationError("[memorymanager] failed to find the default preferred hint")
+        best = default
+    mask = tuple(sorted(best.affinity))
+    unknown = sorted(set(mask) - set(state.nodes))
+    if unknown:
+        raise MemoryAllocationError(f"[memorymanager] the hint names NUMA nodes {unknown} that "
+                                    "the machine state does not have")
+    if not _fits(state, mask, request) or _lone_member_of_group(state, mask):
+        extended = _extension(state, pod_id, request, mask)
+        if not extended.preferred and best.preferred:
+            raise MemoryAllocationError("[memorymanager] failed to find the extended preferred "
+                                        "hint")
+        mask = tuple(sorted(extended.affinity))
+    if _breaks_groups(state, mask):
+        raise MemoryAllocationError("[memorymanager] preferred hint violates NUMA node allocation")
+    for n in mask:
+        missing = sorted(set(request) - set(state.nodes[n].tables))
+        if missing:
+            # sysfs lists every hugepage size on every node, so only a hand-made state gets here
+            raise MemoryAllocationError(
+                f"[memorymanager] NUMA node {n} has no {', '.join(missing)}")
+    return mask
+
+
+def _fits(state: MemoryState, mask: Mask, request: Mapping[str, int]) -> bool:
+    return all(sum(state.nodes[n].tables[r].free for n in mask if r in state.nodes[n].tables)
+               >= size for r, size in request.items())
+
+
+def _lone_member_of_group(state: MemoryState, mask: Mask) -> bool:
+    """A single node that belongs to a group. The kubelet takes such a mask when it fits, which
+    makes the node count as used alone while it still holds part of a cross-NUMA container, so
+    its group can never be used again; memory hints never offer it, but a best-effort merge with
+    other providers can. Extending it to its group instead keeps the groups whole."""
+    return len(mask) == 1 and len(state.nodes[mask[0]].cells) > 1
+
+
+def _extension(state: MemoryState, pod_id: str, request: Mapping[str, int], mask: Mask) -> Hint:
+    """The best hint whose mask holds ``mask``: the topology manager may have narrowed ours."""
+    hints = memory_hints(state, pod_id, request).get(lead_resource(request), [])
+    wider = best_hint([h for h in hints if set(mask) <= h.affinity])
+    if wider is None:
+        raise MemoryAllocationError("[memorymanager] failed to find NUMA nodes to extend the "
+                                    "current topology hint")
+    return wider
+
+
+def _breaks_groups(state: MemoryState, mask: Mask) -> bool:
+    if len(mask) == 1:
+        return False
+    return any(node.assignments > 0 and (len(node.cells) == 1 or node.cells != mask)
+               for node in (state.nodes[n] for n in mask))
+
+
+# --- init-container reuse ---------------------------------------------------------------------
+
+def _is_regular_init(container_name: str, init_containers: Sequence[InitContainer]) -> bool:
+    return any(c.name == container_name and not c.restartable for c in init_containers)
+
+
+def _reuse_record(state: MemoryState, pod_id: str, container_name: str,
+                  init_containers: Sequence[InitContainer], blocks: Sequence[Block]
+                  ) -> dict[str, dict[Mask, dict[str, int]]]:
+    """The reuse record after this container: only ``pod_id``'s entry survives."""
+    record = {mask: dict(sizes) for mask, sizes in state.reusable.get(pod_id, {}).items()}
+    regular_init = _is_regular_init(container_name, init_containers)
+    for block in blocks:
+        left = record.get(block.numa_affinity, {}).get(block.type, 0)
+        if regular_init:
+            # init containers run one after another: the largest one bounds what is left over
+            record.setdefault(block.numa_affinity, {})[block.type] = max(left, block.size)
+        elif left:
+            record[block.numa_affinity][block.type] = max(0, left - block.size)
+    return {pod_id: record} if record else {}
+
+
+def _shrink_init_blocks(pod_blocks: dict[str, tuple[Block, ...]], container_name: str,
+                        init_containers: Sequence[InitContainer],
+                        blocks: Sequence[Block]) -> None:
+    """Take what ``blocks`` reused out of the earlier regular init containers' blocks."""
+    for block in blocks:
+        remaining = block.size
+        for init in init_containers:
+            if init.name == container_name or remaining == 0:
+                break
+            if init.restartable or init.name not in pod_blocks:
+                continue
+            shrunk = []
+            for old in pod_blocks[init.name]:
+                if old.size and old.type == block.type and old.numa_affinity == block.numa_affinity:
+                    taken = min(old.size, remaining)
+                    remaining -= taken
+                    old = Block(old.numa_affinity, old.type, old.size - taken)
+                shrunk.append(old)
+            pod_blocks[init.name] = tuple(shrunk)
