@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import shutil
 import tarfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+from tests.tmpfs import fast_tmp
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = Path(REPO.parent, "shared")
@@ -20,20 +23,20 @@ def hwloc_fixture_names() -> list[str]:
 
 
 @pytest.fixture(scope="session")
-def hwloc_trees(tmp_path_factory) -> dict[str, Path]:
+def hwloc_trees(tmp_path_factory) -> Iterator[dict[str, Path]]:
     """name → the unpacked folder holding sys/ (and proc/); skips when ../shared is absent."""
     names = hwloc_fixture_names()
     if not names:
         pytest.skip(f"hwloc sysfs fixtures not found at {HWLOC_FIXTURES}")
-    base = tmp_path_factory.mktemp("hwloc")
-    trees = {}
-    for name in names:
-        with tarfile.open(HWLOC_FIXTURES / f"{name}.tar.bz2") as tar:
-            tar.extractall(base / name, filter="tar")
-        # Each tarball holds one top folder; the tree root is the folder that has sys/.
-        roots = [p.parent for p in (base / name).rglob("sys") if p.is_dir()]
-        trees[name] = min(roots, key=lambda p: len(p.parts))
-    return trees
+    with fast_tmp(tmp_path_factory.mktemp("hwloc")) as base:
+        trees = {}
+        for name in names:
+            with tarfile.open(HWLOC_FIXTURES / f"{name}.tar.bz2") as tar:
+                tar.extractall(base / name, filter="tar")
+            # Each tarball holds one top folder; the tree root is the folder that has sys/.
+            roots = [p.parent for p in (base / name).rglob("sys") if p.is_dir()]
+            trees[name] = min(roots, key=lambda p: len(p.parts))
+        yield trees
 
 
 @pytest.fixture(scope="session")
