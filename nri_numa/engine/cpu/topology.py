@@ -1,0 +1,273 @@
+"""The CPU layout the CPU Manager algorithms work on (§4.1 of docs/kubelet-semantics.md).
+
+Every logical CPU has a core, a socket, a NUMA node and an uncore (last-level) cache. The kubelet
+derives its counters from the machine — NumCPUs, NumCores, NumSockets, NumNUMANodes,
+NumUncoreCache are *counts of distinct ids* — and the per-unit sizes by integer division:
+CPUsPerCore = NumCPUs // NumCores and so on. Those averages, not the real sizes, decide whether a
+core or socket is "free", exactly as in the kubelet, so hybrid or partly offline machines behave
+the way they do there.
+
+A CPU without uncore information gets its socket id as uncore id: the kubelet's discovery does the
+same ("no shared uncore cache known, align by socket"). Core ids must be unique machine-wide (the
+kubelet keys cores by id alone); ``from_topology`` uses the lowest CPU of each core, which is.
+
+Sets of CPUs are held as Python ints (bit n = CPU n): the algorithms intersect and count them on
+every step, and ``int.bit_count`` keeps a 1024-CPU admission in the millisecond range.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any
+
+from nri_numa.topology.model import Topology
+
+
+class CPUTopologyError(ValueError):
+    """CPU records that do not describe a machine; the message names the record and field."""
+
+
+@dataclass(frozen=True)
+class CPUInfo:
+    cpu: int
+    core: int
+    socket: int
+    numa: int
+    uncore: int  # the socket id where the machine reports no uncore cache
+
+
+def mask_of(cpus: Iterable[int]) -> int:
+    """CPU ids → bit mask."""
+    mask = 0
+    for cpu in cpus:
+        mask |= 1 << cpu
+    return mask
+
+
+def checked_mask(cpus: Iterable[int], what: str) -> int:
+    """CPU ids from a caller → bit mask; anything but non-negative integers is a ValueError."""
+    mask = 0
+    for cpu in cpus:
+        if isinstance(cpu, bool) or not isinstance(cpu, int) or cpu < 0:
+            raise ValueError(f"{what} must hold CPU ids (non-negative integers), not {cpu!r}")
+        mask |= 1 << cpu
+    return mask
+
+
+def bits_of(mask: int) -> Iterator[int]:
+    """Bit mask → CPU ids, ascending."""
+    while mask:
+        low = mask & -mask
+        yield low.bit_length() - 1
+        mask ^= low
+
+
+def set_of(mask: int) -> frozenset[int]:
+    return frozenset(bits_of(mask))
+
+
+def _frozen(d: Mapping) -> Mapping:
+    return MappingProxyType(dict(d))
+
+
+def _group(pairs: Iterable[tuple[int, int]]) -> Mapping[int, tuple[int, ...]]:
+    """(key, member) pairs → key → sorted distinct members."""
+    out: dict[int, set[int]] = {}
+    for key, member in pairs:
+        out.setdefault(key, set()).add(member)
+    return _frozen({k: tuple(sorted(v)) for k, v in sorted(out.items())})
+
+
+@dataclass(frozen=True, eq=False)
+class CPUTopology:
+    """Immutable CPU layout plus what the algorithms look up on every step.
+
+    ``core_cpus``/``socket_cpus``/``numa_cpus``/``uncore_cpus`` map a unit id to the bit mask of its
+    CPUs; ``sockets_of_numa`` and friends list the static containment relations, ids ascending.
+    """
+
+    cpus: tuple[CPUInfo, ...]
+    all_cpus: int = field(init=False, repr=False)
+    core_cpus: Mapping[int, int] = field(init=False, repr=False)
+    socket_cpus: Mapping[int, int] = field(init=False, repr=False)
+    numa_cpus: Mapping[int, int] = field(init=False, repr=False)
+    uncore_cpus: Mapping[int, int] = field(init=False, repr=False)
+    sockets_of_numa: Mapping[int, tuple[int, ...]] = field(init=False, repr=False)
+    numas_of_socket: Mapping[int, tuple[int, ...]] = field(init=False, repr=False)
+    cores_of_socket: Mapping[int, tuple[int, ...]] = field(init=False, repr=False)
+    cores_of_numa: Mapping[int, tuple[int, ...]] = field(init=False, repr=False)
+    uncores_of_numa: Mapping[int, tuple[int, ...]] = field(init=False, repr=False)
+    numa_of_cpu: Mapping[int, int] = field(init=False, repr=False)
+    core_of_cpu: Mapping[int, int] = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        cpus = tuple(sorted(self.cpus, key=lambda c: c.cpu))
+        object.__setattr__(self, "cpus", cpus)
+        units = {"core_cpus": {}, "socket_cpus": {}, "numa_cpus": {}, "uncore_cpus": {}}
+        for c in cpus:
+            bit = 1 << c.cpu
+            for name, unit in (("core_cpus", c.core), ("socket_cpus", c.socket),
+                               ("numa_cpus", c.numa), ("uncore_cpus", c.uncore)):
+                units[name][unit] = units[name].get(unit, 0) | bit
+        for name, masks in units.items():
+            object.__setattr__(self, name, _frozen(dict(sorted(masks.items()))))
+        object.__setattr__(self, "all_cpus", mask_of(c.cpu for c in cpus))
+        relations = {
+            "sockets_of_numa": _group((c.numa, c.socket) for c in cpus),
+            "numas_of_socket": _group((c.socket, c.numa) for c in cpus),
+            "cores_of_socket": _group((c.socket, c.core) for c in cpus),
+            "cores_of_numa": _group((c.numa, c.core) for c in cpus),
+            "uncores_of_numa": _group((c.numa, c.uncore) for c in cpus),
+        }
+        for name, value in relations.items():
+            object.__setattr__(self, name, value)
+        object.__setattr__(self, "numa_of_cpu", _frozen({c.cpu: c.numa for c in cpus}))
+        object.__setattr__(self, "core_of_cpu", _frozen({c.cpu: c.core for c in cpus}))
+
+    # --- the kubelet's counters -------------------------------------------------------------
+
+    @property
+    def num_cpus(self) -> int:
+        return len(self.cpus)
+
+    @property
+    def num_cores(self) -> int:
+        return len(self.core_cpus)
+
+    @property
+    def num_sockets(self) -> int:
+        return len(self.socket_cpus)
+
+    @property
+    def num_numa_nodes(self) -> int:
+        return len(self.numa_cpus)
+
+    @property
+    def num_uncore_caches(self) -> int:
+        return len(self.uncore_cpus)
+
+    @property
+    def cpus_per_core(self) -> int:
+        return self.num_cpus // self.num_cores
+
+    @property
+    def cpus_per_socket(self) -> int:
+        return self.num_cpus // self.num_sockets
+
+    @property
+    def cpus_per_uncore(self) -> int:
+        return self.num_cpus // self.num_uncore_caches
+
+    @property
+    def numa_first(self) -> bool:
+        """NUMA nodes are the bigger unit (or equal): take whole NUMA nodes before sockets."""
+        return self.num_sockets >= self.num_numa_nodes
+
+    @property
+    def numa_ids(self) -> tuple[int, ...]:
+        return tuple(self.numa_cpus)
+
+    # --- questions callers ask ----------------------------------------------------------------
+
+    def cpu_ids(self) -> frozenset[int]:
+        return frozenset(c.cpu for c in self.cpus)
+
+    def cpus_in_numa_nodes(self, nodes: Iterable[int]) -> frozenset[int]:
+        return set_of(self._union(self.numa_cpus, nodes))
+
+    def cpus_in_cores(self, cores: Iterable[int]) -> frozenset[int]:
+        return set_of(self._union(self.core_cpus, cores))
+
+    def cpus_in_sockets(self, sockets: Iterable[int]) -> frozenset[int]:
+        return set_of(self._union(self.socket_cpus, sockets))
+
+    def sockets_of_numa_nodes(self, nodes: Iterable[int]) -> frozenset[int]:
+        return frozenset(s for n in nodes for s in self.sockets_of_numa.get(n, ()))
+
+    def siblings(self, cpus: Iterable[int]) -> frozenset[int]:
+        """Every CPU sharing a core with one of ``cpus`` (the CPUs themselves included)."""
+        wanted = mask_of(cpus) & self.all_cpus
+        cores = {c.core for c in self.cpus if wanted >> c.cpu & 1}
+        return set_of(self._union(self.core_cpus, cores))
+
+    @staticmethod
+    def _union(masks: Mapping[int, int], ids: Iterable[int]) -> int:
+        out = 0
+        for i in ids:
+            out |= masks.get(i, 0)
+        return out
+
+    # --- construction -----------------------------------------------------------------------
+
+    @classmethod
+    def from_topology(cls, topology: Topology) -> CPUTopology:
+        """The online CPUs of a discovered machine; L3 is the uncore cache.
+
+        An online CPU the kernel puts on no NUMA node (a kernel without NUMA) counts as node 0.
+        """
+        records = []
+        for c in topology.cpus:
+            if not c.online:
+                continue
+            records.append({"cpu": c.id, "core": c.core, "socket": c.socket,
+                            "numa": 0 if c.numa is None else c.numa, "uncore_cache": c.l3})
+        return cpu_topology(records)
+
+
+_REQUIRED = ("cpu", "core", "socket", "numa")
+
+
+def cpu_topology(records: Iterable[Mapping[str, Any]]) -> CPUTopology:
+    """Records ``{cpu, core, socket, numa, uncore_cache}`` → CPUTopology.
+
+    ``uncore_cache`` may be missing or None (no uncore information: the socket stands in).
+    """
+    infos = []
+    seen: dict[int, int] = {}
+    for index, record in enumerate(records):
+        info = _read_record(index, record)
+        if info.cpu in seen:
+            raise CPUTopologyError(
+                f"record {index}: cpu {info.cpu} already given by record {seen[info.cpu]}")
+        seen[info.cpu] = index
+        infos.append(info)
+    if not infos:
+        raise CPUTopologyError("no CPUs: a CPU topology needs at least one record")
+    _check_cores(infos)
+    return CPUTopology(tuple(infos))
+
+
+def _read_record(index: int, record: Any) -> CPUInfo:
+    if not isinstance(record, Mapping):
+        raise CPUTopologyError(f"record {index} must be a mapping, not {type(record).__name__}")
+    values: dict[str, int] = {}
+    for key in _REQUIRED:
+        where = f"record {index}" if key == "cpu" else f"record {index} (cpu {values['cpu']})"
+        if key not in record or record[key] is None:
+            raise CPUTopologyError(f"{where}: {key} is missing")
+        values[key] = _id(record[key], where, key)
+    uncore = record.get("uncore_cache")
+    where = f"record {index} (cpu {values['cpu']})"
+    values["uncore"] = values["socket"] if uncore is None else _id(uncore, where, "uncore_cache")
+    return CPUInfo(**values)
+
+
+def _id(value: Any, where: str, key: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise CPUTopologyError(f"{where}: {key} must be a non-negative integer, not {value!r}")
+    return value
+
+
+def _check_cores(infos: list[CPUInfo]) -> None:
+    """A core lives in one socket and one NUMA node; ids repeated across packages break that."""
+    home: dict[int, tuple[int, int, int]] = {}
+    for info in infos:
+        where = (info.socket, info.numa, info.cpu)
+        first = home.setdefault(info.core, where)
+        if first[:2] != where[:2]:
+            raise CPUTopologyError(
+                f"core {info.core} has cpu {first[2]} on socket {first[0]} / NUMA node {first[1]}"
+                f" and cpu {info.cpu} on socket {info.socket} / NUMA node {info.numa};"
+                " core ids must be unique machine-wide")
