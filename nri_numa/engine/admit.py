@@ -1,0 +1,104 @@
+"""Admission: a pod (or some of its containers) against a snapshot, as one transaction.
+
+``admit`` returns the decision and the allocations to commit; when it refuses, the allocations
+returned are the ones it was given, untouched. Nothing here does I/O or keeps state.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, replace
+
+from nri_numa.engine.allocations import Allocations
+from nri_numa.engine.annotations import AnnotationError, pod_topology
+from nri_numa.engine.config import TopologyScope
+from nri_numa.engine.context import EngineContext
+from nri_numa.engine.decision import Decision, Placement, Rejection, refusal_message
+from nri_numa.engine.providers.cpu import CpuProvider
+from nri_numa.engine.providers.devices import DeviceProvider
+from nri_numa.engine.providers.memory import MemoryProvider
+from nri_numa.engine.request import PodRequest
+from nri_numa.engine.scope import MergeStep, Refused, ScopeRun
+from nri_numa.engine.scope import container as container_scope
+from nri_numa.engine.scope import pod as pod_scope
+
+PROVIDERS = (CpuProvider(), MemoryProvider(), DeviceProvider())
+
+
+@dataclass(frozen=True)
+class Admission:
+    decision: Decision
+    allocations: Allocations  # to commit when admitted; the input when refused
+    steps: tuple[MergeStep, ...] = ()  # every merge, for explain
+
+
+def admit(ctx: EngineContext, allocs: Allocations, pod: PodRequest,
+          containers: Iterable[str] | None = None) -> Admission:
+    """Place ``containers`` of ``pod`` (all of them when None), in the pod's spec order."""
+    try:
+        chosen = pod_topology(ctx.config, pod.annotations)
+    except AnnotationError as e:
+        rejection = Rejection(None, "InvalidAnnotation", str(e), str(ctx.config.topology_manager_policy))
+        return Admission(Decision(pod.uid, str(ctx.config.topology_manager_policy),
+                                  str(ctx.config.topology_manager_scope), rejection=rejection), allocs)
+    policy, scope = chosen.policy, chosen.scope
+    names = None if containers is None else set(containers)
+    if names is not None and (unknown := names - {c.name for c in pod.containers}):
+        raise ValueError(f"pod {pod.uid} has no container named {', '.join(sorted(unknown))}")
+    wanted = [c for c in pod.containers if names is None or c.name in names]
+    run = ScopeRun(ctx, PROVIDERS, str(policy))
+    admit_containers = (pod_scope if scope is TopologyScope.POD else container_scope).admit_containers
+    try:
+        after = admit_containers(run, allocs, pod, wanted)
+    except Refused as e:
+        container = next((c for c in wanted if c.name == e.container), None)
+        demands = tuple(d for p in PROVIDERS for d in p.demands(ctx, allocs, pod, container)
+                        if e.resource is None or d.resource == e.resource)
+        message = refusal_message(e.reason, str(policy), demands,
+                                  f"container {e.container}: {e.detail}" if e.container
+                                  else f"pod: {e.detail}")
+        rejection = Rejection(e.container, e.reason, message, str(policy), e.resource, demands)
+        decision = Decision(pod.uid, str(policy), str(scope), rejection=rejection,
+                            shared_pool=allocs.shared)
+        return Admission(decision, allocs, tuple(run.steps))
+    placements = tuple(placement(ctx, after, pod.uid, c.name) for c in wanted)
+    decision = Decision(pod.uid, str(policy), str(scope), placements, shared_pool=after.shared)
+    return Admission(decision, after, tuple(run.steps))
+
+
+def placement(ctx: EngineContext, allocs: Allocations, pod_id: str, name: str) -> Placement:
+    """Where an admitted container runs, as the allocations say now."""
+    entry = allocs.container(pod_id, name)
+    if entry is None:
+        raise KeyError(f"pod {pod_id} has no admitted container {name}")
+    exclusive = bool(entry.exclusive_cpus)
+    blocks = allocs.memory.container_blocks(pod_id, name) if allocs.memory else None
+    if blocks:
+        mems = frozenset(n for b in blocks for n in b.numa_affinity)
+    elif exclusive:
+        # Memory follows the container's own CPUs even without the Memory Manager.
+        mems = ctx.nodes_of_cpus(entry.exclusive_cpus)
+    else:
+        mems = None
+    return Placement(name, entry.exclusive_cpus if exclusive else allocs.shared, exclusive, mems,
+                     entry.devices, entry.hint)
+
+
+def release(ctx: EngineContext, allocs: Allocations, pod_id: str,
+            container: str | None = None) -> Allocations:
+    """Give back one container's resources, or the whole pod's; unknown names are no-ops."""
+    pod_alloc = allocs.pods.get(pod_id)
+    if pod_alloc is None:
+        return allocs
+    names = list(pod_alloc.containers) if container is None else [container]
+    for name in names:
+        if name not in allocs.pod(pod_id).containers:
+            continue
+        for provider in PROVIDERS:
+            allocs = provider.release(ctx, allocs, pod_id, name)
+        pod_alloc = allocs.pod(pod_id)
+        remaining = {k: v for k, v in pod_alloc.containers.items() if k != name}
+        allocs = allocs.with_pod(pod_id, replace(pod_alloc, containers=remaining))
+    if not allocs.pod(pod_id).containers:
+        allocs = allocs.without_pod(pod_id)
+    return allocs

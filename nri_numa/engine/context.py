@@ -1,0 +1,136 @@
+"""Everything the engine derives once per machine and configuration, before any admission."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from functools import cached_property
+from types import MappingProxyType
+
+from nri_numa.engine.allocations import Allocations
+from nri_numa.engine.config import (ConfigError, CpuManagerPolicy, EngineConfig,
+                                    MemoryManagerPolicy, validate_for_topology)
+from nri_numa.engine.cpu import CPUTopology, NotEnoughCPUsError, take_cpus
+from nri_numa.engine.devices import Chooser, Device, Resource
+from nri_numa.engine.devices.gpu_select import gpu_chooser
+from nri_numa.engine.memory import MemoryState, check_reserved_memory
+from nri_numa.engine.policy.options import (DEFAULT_MAX_ALLOWABLE_NUMA_NODES,
+                                            MAX_ALLOWABLE_NUMA_NODES)
+from nri_numa.topology.model import Topology
+
+GPU_RESOURCE = "nvidia.com/gpu"
+
+
+@dataclass(frozen=True)
+class EngineContext:
+    topology: Topology
+    config: EngineConfig
+    cpus: CPUTopology
+    numa_ids: tuple[int, ...]
+    distances: tuple[tuple[int, ...], ...]  # indexed like numa_ids
+    reserved_cpus: frozenset[int]
+    devices: Mapping[str, Resource]  # resource name → its devices
+
+    @classmethod
+    def build(cls, topology: Topology, config: EngineConfig,
+              extra_resources: Mapping[str, Resource] = MappingProxyType({})) -> EngineContext:
+        """Raise ConfigError when the configuration cannot work on this machine."""
+        validate_for_topology(config, topology)
+        cpus = CPUTopology.from_topology(topology)
+        numa_ids = tuple(n.id for n in topology.numa_nodes)
+        distances = tuple(tuple(n.distances.get(j, 10 if i == j else 255)
+                                for j in numa_ids) for i, n in zip(numa_ids, topology.numa_nodes))
+        devices = {**device_resources(topology), **extra_resources}
+        ctx = cls(topology, config, cpus, numa_ids, distances,
+                  _reserved_cpus(config, cpus), MappingProxyType(devices))
+        if config.memory_manager_policy is MemoryManagerPolicy.STATIC:
+            try:
+                check_reserved_memory(topology, config.reserved_memory_by_node)
+            except ValueError as e:
+                raise ConfigError([str(e)]) from None
+        return ctx
+
+    @property
+    def cpu_static(self) -> bool:
+        return self.config.cpu_manager_policy is CpuManagerPolicy.STATIC
+
+    @property
+    def memory_static(self) -> bool:
+        return self.config.memory_manager_policy is MemoryManagerPolicy.STATIC
+
+    @property
+    def strict_reservation(self) -> bool:
+        return self.cpu_static and self.config.cpu_options.strict_cpu_reservation
+
+    def empty_allocations(self) -> Allocations:
+        online = self.topology.online_cpus
+        shared = online - self.reserved_cpus if self.strict_reservation else online
+        memory = (MemoryState.from_topology(self.topology, self.config.reserved_memory_by_node)
+                  if self.memory_static else None)
+        return Allocations(shared=shared, memory=memory)
+
+    def check(self, allocations: Allocations) -> None:
+        """Raise AllocationsError unless ``allocations`` fit this machine and configuration."""
+        allocations.check(self.topology.online_cpus, self.reserved_cpus, self.strict_reservation)
+        if allocations.memory is not None:
+            allocations.memory.validate(self.empty_allocations().memory)
+
+    def nodes_of_cpus(self, cpus: frozenset[int]) -> frozenset[int]:
+        node_of = self.node_of_cpu
+        return frozenset(node_of[c] for c in cpus if c in node_of)
+
+    # Values derived from the machine and configuration alone, kept for every later admission:
+    # rebuilding them per admission was a measurable share of its cost (bench/bench_admission.py).
+
+    @cached_property
+    def node_of_cpu(self) -> Mapping[int, int]:
+        """CPU id → its NUMA node, for the CPUs that have one."""
+        return MappingProxyType({c.id: c.numa for c in self.topology.cpus if c.numa is not None})
+
+    @cached_property
+    def distance_map(self) -> Mapping[int, Mapping[int, int]]:
+        """``distances`` keyed by node id on both sides, as ``bounded_hints`` reads them."""
+        return MappingProxyType({i: MappingProxyType(dict(zip(self.numa_ids, row)))
+                                 for i, row in zip(self.numa_ids, self.distances)})
+
+    @cached_property
+    def merge_options(self) -> Mapping[str, str]:
+        """topologyManagerPolicyOptions as the merge takes them. The engine has no node limit of
+        its own (an explicit one was checked with the config), so past the kubelet's default of
+        8 nodes the limit is the machine's size; up to 8 the default already allows them all."""
+        options = dict(self.config.topology_manager_policy_options)
+        if len(self.numa_ids) > DEFAULT_MAX_ALLOWABLE_NUMA_NODES:
+            options.setdefault(MAX_ALLOWABLE_NUMA_NODES, str(len(self.numa_ids)))
+        return MappingProxyType(options)
+
+    @cached_property
+    def choose_gpus(self) -> Chooser:
+        """How GPUs (resource ``GPU_RESOURCE``) are picked among those that fit the hint."""
+        return gpu_chooser(self.topology)
+
+
+def device_resources(topology: Topology) -> dict[str, Resource]:
+    """The device-plugin resources the machine itself shows: GPUs by UUID (as NVIDIA's plugin
+    names them)."""
+    if not topology.gpus:
+        return {}
+    return {GPU_RESOURCE: Resource(GPU_RESOURCE, tuple(
+        Device(g.uuid, frozenset() if g.numa_node is None else frozenset({g.numa_node}))
+        for g in topology.gpus))}
+
+
+def _reserved_cpus(config: EngineConfig, cpus: CPUTopology) -> frozenset[int]:
+    """reservedSystemCPUs as given, else the kubelet's pick: whole cores, lowest first."""
+    if config.reserved_system_cpus:
+        return frozenset(config.reserved_system_cpus)
+    count = config.num_reserved_cpus
+    if config.cpu_manager_policy is not CpuManagerPolicy.STATIC or count == 0:
+        return frozenset()
+    try:
+        reserved = take_cpus(cpus, cpus.cpu_ids, count)
+    except NotEnoughCPUsError:
+        reserved = frozenset()
+    if len(reserved) != count:
+        raise ConfigError([f"[cpumanager] unable to reserve the required amount of CPUs (size of "
+                           f"{{{','.join(map(str, sorted(reserved)))}}} did not equal {count})"])
+    return reserved

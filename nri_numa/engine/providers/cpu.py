@@ -1,0 +1,156 @@
+"""The static CPU Manager as a provider (docs/kubelet-semantics.md §4.2–4.5, 4.9).
+
+Guaranteed containers asking for whole CPUs get exclusive CPUs taken from the shared pool
+(minus reserved CPUs); everything else runs in the shared pool. With ``cpuManagerPolicy: none``
+this provider has no preference and allocates nothing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from nri_numa.engine.allocations import Allocations, ContainerAllocation, PodAllocation
+from nri_numa.engine.context import EngineContext
+from nri_numa.engine.cpu import CPUAllocationError, cpu_hints, take_cpus
+from nri_numa.engine.hints import Hint
+from nri_numa.engine.providers import AllocationFailure, ProviderHints, ResourceDemand
+from nri_numa.engine.request import (ContainerKind, ContainerRequest, PodRequest,
+                                     guaranteed_cpus, pod_guaranteed_cpus)
+
+CPU = "cpu"
+
+
+class CpuProvider:
+    name = CPU
+
+    def container_hints(self, ctx: EngineContext, allocs: Allocations, pod: PodRequest,
+                        container: ContainerRequest) -> ProviderHints:
+        request = guaranteed_cpus(pod, container) if ctx.cpu_static else 0
+        if request == 0:
+            return None
+        held = _held(allocs, pod.uid, container.name)
+        if held:
+            if len(held) != request:
+                return {CPU: []}
+            return {CPU: _hints(ctx, held, frozenset(), request)}
+        return {CPU: _hints(ctx, _available(ctx, allocs), allocs.pod(pod.uid).reusable_cpus,
+                            request)}
+
+    def pod_hints(self, ctx: EngineContext, allocs: Allocations,
+                  pod: PodRequest) -> ProviderHints:
+        request = pod_guaranteed_cpus(pod) if ctx.cpu_static else 0
+        if request == 0:
+            return None
+        collected: frozenset[int] = frozenset()
+        for c in pod.containers:
+            held = _held(allocs, pod.uid, c.name)
+            if held:
+                if len(held) != guaranteed_cpus(pod, c):
+                    return {CPU: []}
+                collected |= held
+        if len(collected) == request:
+            return {CPU: _hints(ctx, collected, frozenset(), request)}
+        reusable = allocs.pod(pod.uid).reusable_cpus | collected
+        return {CPU: _hints(ctx, _available(ctx, allocs), reusable, request)}
+
+    def allocate(self, ctx: EngineContext, allocs: Allocations, pod: PodRequest,
+                 container: ContainerRequest, hint: Hint) -> Allocations:
+        count = guaranteed_cpus(pod, container) if ctx.cpu_static else 0
+        if count == 0 or _held(allocs, pod.uid, container.name):
+            return allocs
+        options = ctx.config.cpu_options
+        if options.full_pcpus_only:
+            _check_smt_alignment(ctx, allocs, count)
+        pod_alloc = allocs.pod(pod.uid)
+        allocatable = _available(ctx, allocs) | pod_alloc.reusable_cpus
+        try:
+            cpus = _take_aligned(ctx, allocatable, count, hint)
+        except (CPUAllocationError, ValueError) as e:
+            raise AllocationFailure(CPU, "UnexpectedAdmissionError", str(e)) from None
+        reusable = pod_alloc.reusable_cpus
+        if container.kind is ContainerKind.INIT:
+            reusable |= cpus
+        else:
+            reusable -= cpus
+        entry = pod_alloc.containers.get(container.name) or ContainerAllocation()
+        pod_alloc = replace(pod_alloc.with_container(
+            container.name, replace(entry, exclusive_cpus=cpus)), reusable_cpus=reusable)
+        return replace(allocs.with_pod(pod.uid, pod_alloc), shared=allocs.shared - cpus)
+
+    def release(self, ctx: EngineContext, allocs: Allocations, pod_id: str,
+                container_name: str) -> Allocations:
+        pod_alloc = allocs.pod(pod_id)
+        entry = pod_alloc.containers.get(container_name)
+        if entry is None or not entry.exclusive_cpus:
+            return allocs
+        freed = entry.exclusive_cpus - pod_alloc.cpus_in_use(except_container=container_name)
+        pod_alloc = replace(pod_alloc.with_container(
+            container_name, replace(entry, exclusive_cpus=frozenset())),
+            reusable_cpus=pod_alloc.reusable_cpus - freed)
+        return replace(allocs.with_pod(pod_id, pod_alloc), shared=allocs.shared | freed)
+
+    def demands(self, ctx: EngineContext, allocs: Allocations, pod: PodRequest,
+                container: ContainerRequest | None) -> list[ResourceDemand]:
+        if not ctx.cpu_static:
+            return []
+        count = guaranteed_cpus(pod, container) if container else pod_guaranteed_cpus(pod)
+        if count == 0:
+            return []
+        available = _available(ctx, allocs) | allocs.pod(pod.uid).reusable_cpus
+        return [ResourceDemand(CPU, f"{count} exclusive CPUs", {
+            n: f"{len(available & ctx.cpus.cpus_in_numa_nodes([n]))} CPUs" for n in ctx.numa_ids})]
+
+
+def _held(allocs: Allocations, pod_id: str, name: str) -> frozenset[int]:
+    entry = allocs.container(pod_id, name)
+    return entry.exclusive_cpus if entry else frozenset()
+
+
+def _available(ctx: EngineContext, allocs: Allocations) -> frozenset[int]:
+    return allocs.shared - ctx.reserved_cpus
+
+
+def _hints(ctx: EngineContext, available: frozenset[int], reusable: frozenset[int],
+           request: int) -> list[Hint]:
+    return cpu_hints(ctx.cpus, available, reusable, request,
+                     align_by_socket=ctx.config.cpu_options.align_by_socket) or []
+
+
+def _take(ctx: EngineContext, available: frozenset[int], count: int) -> frozenset[int]:
+    options = ctx.config.cpu_options
+    return take_cpus(ctx.cpus, available, count,
+                     distribute_across_numa=options.distribute_cpus_across_numa,
+                     cpu_group_size=ctx.cpus.cpus_per_core if options.full_pcpus_only else 1,
+                     spread_across_cores=options.distribute_cpus_across_cores,
+                     align_by_uncore_cache=options.prefer_align_cpus_by_uncorecache)
+
+
+def _take_aligned(ctx: EngineContext, allocatable: frozenset[int], count: int,
+                  hint: Hint) -> frozenset[int]:
+    """As many CPUs as fit on the hint's NUMA nodes (or their sockets), the rest anywhere."""
+    result: frozenset[int] = frozenset()
+    if hint.affinity is not None:
+        if ctx.config.cpu_options.align_by_socket:
+            sockets = ctx.cpus.sockets_of_numa_nodes(hint.affinity)
+            aligned = allocatable & ctx.cpus.cpus_in_sockets(sockets)
+        else:
+            aligned = allocatable & ctx.cpus.cpus_in_numa_nodes(hint.affinity)
+        result = _take(ctx, aligned, min(count, len(aligned)))
+    if len(result) < count:
+        result |= _take(ctx, allocatable - result, count - len(result))
+    return result
+
+
+def _check_smt_alignment(ctx: EngineContext, allocs: Allocations, count: int) -> None:
+    per_core = ctx.cpus.cpus_per_core
+    if count % per_core:
+        raise AllocationFailure(CPU, "SMTAlignmentError",
+                                f"SMT Alignment Error: requested {count} cpus not multiple cpus "
+                                f"per core = {per_core}")
+    reserved_physical = ctx.cpus.siblings(ctx.reserved_cpus)
+    available_physical = allocs.shared - reserved_physical
+    if count > len(available_physical):
+        raise AllocationFailure(CPU, "SMTAlignmentError",
+                                f"SMT Alignment Error: not enough free physical CPUs: available "
+                                f"physical CPUs = {len(available_physical)}, requested CPUs = "
+                                f"{count}, CPUs per core = {per_core}")

@@ -1,0 +1,62 @@
+"""The ledger: the current allocations, changed only by whole transactions.
+
+Every change goes through the engine, which returns a complete new ``Allocations`` value; the
+ledger swaps it in only when the engine admits, so a refusal or an exception leaves it exactly
+as it was. Snapshots serialise to JSON and are checked against the machine when restored.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from typing import Any
+
+from nri_numa.engine.admit import Admission, admit, release
+from nri_numa.engine.allocations import Allocations, AllocationsError
+from nri_numa.engine.context import EngineContext
+from nri_numa.engine.request import PodRequest
+
+LEDGER_VERSION = 1
+
+
+class LedgerError(ValueError):
+    """A snapshot that cannot be restored; the message names the problem."""
+
+
+class Ledger:
+    def __init__(self, ctx: EngineContext, allocations: Allocations | None = None) -> None:
+        self.ctx = ctx
+        self._allocations = ctx.empty_allocations() if allocations is None else allocations
+
+    @property
+    def allocations(self) -> Allocations:
+        return self._allocations
+
+    def admit(self, pod: PodRequest, containers: Iterable[str] | None = None) -> Admission:
+        result = admit(self.ctx, self._allocations, pod, containers)
+        if result.decision.admitted:
+            self._allocations = result.allocations
+        return result
+
+    def release(self, pod_id: str, container: str | None = None) -> Allocations:
+        self._allocations = release(self.ctx, self._allocations, pod_id, container)
+        return self._allocations
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"version": LEDGER_VERSION, "allocations": self._allocations.to_dict()}
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=2, sort_keys=True)
+
+    @classmethod
+    def restore(cls, ctx: EngineContext, data: Any) -> Ledger:
+        """A ledger from ``to_dict``'s output; LedgerError unless it fits this machine."""
+        if not isinstance(data, dict) or data.get("version") != LEDGER_VERSION:
+            version = data.get("version") if isinstance(data, dict) else None
+            raise LedgerError(f"ledger version is {version!r}; this nri-numa reads {LEDGER_VERSION}")
+        try:
+            allocations = Allocations.from_dict(data.get("allocations"))
+            ctx.check(allocations)
+        except (AllocationsError, ValueError) as e:
+            raise LedgerError(f"ledger does not fit this machine: {e}") from None
+        return cls(ctx, allocations)
