@@ -411,7 +411,7 @@ def _link_address(ifindex: int, infiniband: bool) -> str:
 
 def _write_gpus(out: _Tree, topology: Topology) -> None:
     # Imported here: fake_nvml is needed only for trees with GPUs.
-    from nri_numa.topology.fake_nvml import description_from_topology
+    from nri_numa.topology.fake_nvml_description import description_from_topology
 
     (out.root / FAKE_NVML_FILE).write_text(json.dumps(description_from_topology(topology)))
     for gpu in topology.gpus:
