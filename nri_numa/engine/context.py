@@ -127,7 +127,7 @@ def _reserved_cpus(config: EngineConfig, cpus: CPUTopology) -> frozenset[int]:
     if config.cpu_manager_policy is not CpuManagerPolicy.STATIC or count == 0:
         return frozenset()
     try:
-        reserved = take_cpus(cpus, cpus.cpu_ids, count)
+        reserved = take_cpus(cpus, cpus.cpu_ids(), count)
     except NotEnoughCPUsError:
         reserved = frozenset()
     if len(reserved) != count:
