@@ -4,9 +4,15 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from nri_numa import __version__
+
+if TYPE_CHECKING:  # the engine loads only for the subcommands that use it
+    from nri_numa.engine.context import EngineContext
+    from nri_numa.simulate import Entry, Step
 
 
 class CliError(Exception):
@@ -78,6 +84,50 @@ def cmd_presets(args: argparse.Namespace) -> int:
     return 0
 
 
+def _engine_inputs(args: argparse.Namespace) -> tuple[EngineContext, list[Entry]]:
+    """The engine context (machine + config) and the pods file's entries."""
+    from nri_numa.simulate import InputError, build_context, load_config, load_pods
+
+    topology = _load_topology(args)
+    try:
+        config = load_config(Path(args.config))
+        ctx = build_context(topology, config, Path(args.config))
+        return ctx, load_pods(Path(args.pods))
+    except InputError as e:
+        raise CliError(str(e)) from None
+
+
+def _report_bad_entries(pods_file: str, steps: Sequence[Step]) -> int:
+    """One error line per bad entry of the pods file; the exit status they call for."""
+    for step in steps:
+        print(f"nri-numa: error: {pods_file} {step.where}: {step.message}", file=sys.stderr)
+    return 1 if steps else 0
+
+
+def cmd_simulate(args: argparse.Namespace) -> int:
+    from nri_numa.simulate import simulate
+    from nri_numa.simulate_render import render_json, render_text
+
+    ctx, entries = _engine_inputs(args)
+    sim = simulate(ctx, entries)
+    print(render_json(sim) if args.json else render_text(sim))
+    return _report_bad_entries(args.pods, sim.errors)
+
+
+def cmd_explain(args: argparse.Namespace) -> int:
+    from nri_numa.explain import explain_pod
+    from nri_numa.explain_render import render_json, render_text
+    from nri_numa.simulate import InputError, pod_key
+
+    ctx, entries = _engine_inputs(args)
+    try:
+        explanation = explain_pod(ctx, entries, pod_key(args.pod), args.pods)
+    except InputError as e:
+        raise CliError(str(e)) from None
+    print(render_json(explanation) if args.json else render_text(explanation, ctx))
+    return _report_bad_entries(args.pods, explanation.errors)
+
+
 def _add_source_options(p: argparse.ArgumentParser) -> None:
     source = p.add_mutually_exclusive_group()
     source.add_argument("--root", default="/", metavar="PREFIX",
@@ -86,6 +136,14 @@ def _add_source_options(p: argparse.ArgumentParser) -> None:
     source.add_argument("--topology", metavar="FILE",
                         help="a topology captured with `nri-numa topology --json`")
     p.add_argument("--no-nvml", action="store_true", help="do not ask NVML for GPUs")
+
+
+def _add_engine_options(p: argparse.ArgumentParser) -> None:
+    _add_source_options(p)
+    p.add_argument("--config", required=True, metavar="FILE",
+                   help="KubeletConfiguration keys in YAML or JSON (examples/config-*.yaml)")
+    p.add_argument("--pods", required=True, metavar="FILE",
+                   help="Pod manifests in YAML, and {delete: namespace/name} entries, in order")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -113,6 +171,24 @@ def build_parser() -> argparse.ArgumentParser:
     _add_source_options(p)
     p.add_argument("--out", required=True, metavar="DIR", help="a new or empty folder")
     p.set_defaults(func=cmd_generate)
+
+    p = sub.add_parser("simulate", help="what would happen to these pods on this machine",
+                       description="Run the pods of a file, in order, through the placement "
+                                   "engine: where each container would go, or why not.")
+    _add_engine_options(p)
+    p.add_argument("--json", action="store_true",
+                   help="every step as JSON (decisions, shared pool, per-node summary)")
+    p.set_defaults(func=cmd_simulate)
+
+    p = sub.add_parser("explain", help="why one pod goes where it goes (or is refused)",
+                       description="Show every provider's hints for one pod, the merge, and the "
+                                   "rule that picked the winning NUMA nodes; the pod is placed "
+                                   "after the entries before it in the pods file.")
+    _add_engine_options(p)
+    p.add_argument("--pod", required=True, metavar="NAME",
+                   help="the pod: name (namespace default) or namespace/name")
+    p.add_argument("--json", action="store_true", help="the explanation as JSON")
+    p.set_defaults(func=cmd_explain)
 
     p = sub.add_parser("presets", help="list the synthetic machines")
     p.set_defaults(func=cmd_presets)
