@@ -10,7 +10,7 @@ state value.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
@@ -47,6 +47,12 @@ class ContainerAllocation:
         object.__setattr__(self, "exclusive_cpus", frozenset(self.exclusive_cpus))
         object.__setattr__(self, "devices", _frozen({k: tuple(v) for k, v in self.devices.items()}))
 
+    def with_hint(self, hint: Hint) -> ContainerAllocation:
+        return _evolve(self, hint=hint)
+
+    def with_exclusive_cpus(self, cpus: frozenset[int]) -> ContainerAllocation:
+        return _evolve(self, exclusive_cpus=frozenset(cpus))
+
 
 @dataclass(frozen=True)
 class PodAllocation:
@@ -64,9 +70,15 @@ class PodAllocation:
     def with_container(self, name: str, allocation: ContainerAllocation) -> PodAllocation:
         return _evolve(self, containers=MappingProxyType({**self.containers, name: allocation}))
 
+    def with_reusable_cpus(self, cpus: frozenset[int]) -> PodAllocation:
+        return _evolve(self, reusable_cpus=frozenset(cpus))
+
     def cpus_in_use(self, except_container: str | None = None) -> frozenset[int]:
         return frozenset().union(*(c.exclusive_cpus for n, c in self.containers.items()
                                    if n != except_container))
+
+
+_NO_POD = PodAllocation()  # what ``Allocations.pod`` answers for a pod it does not hold
 
 
 @dataclass(frozen=True)
@@ -80,7 +92,7 @@ class Allocations:
         object.__setattr__(self, "pods", _frozen(self.pods))
 
     def pod(self, pod_id: str) -> PodAllocation:
-        return self.pods.get(pod_id) or PodAllocation()
+        return self.pods.get(pod_id) or _NO_POD
 
     def container(self, pod_id: str, name: str) -> ContainerAllocation | None:
         return self.pod(pod_id).containers.get(name)
@@ -89,7 +101,14 @@ class Allocations:
         return _evolve(self, pods=MappingProxyType({**self.pods, pod_id: pod}))
 
     def without_pod(self, pod_id: str) -> Allocations:
-        return _evolve(self, pods=MappingProxyType({k: v for k, v in self.pods.items() if k != pod_id}))
+        pods = {k: v for k, v in self.pods.items() if k != pod_id}
+        return _evolve(self, pods=MappingProxyType(pods))
+
+    def with_shared(self, cpus: frozenset[int]) -> Allocations:
+        return _evolve(self, shared=frozenset(cpus))
+
+    def with_memory(self, memory: MemoryState | None) -> Allocations:
+        return _evolve(self, memory=memory)
 
     def exclusive_cpus(self) -> frozenset[int]:
         return frozenset().union(*(p.cpus_in_use() for p in self.pods.values()))

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from itertools import combinations
 from math import comb
 
@@ -73,7 +74,13 @@ def bounded_hints(node_ids: Sequence[int], demands: Sequence[Demand],
     if nodes not in found and usable(nodes):
         found[nodes] = len(nodes) == k
     ordered = sorted(found, key=lambda g: (len(g), sum(1 << n for n in g)))
-    return [Hint(g, found[g]) for g in ordered]
+    return [_hint(g, found[g]) for g in ordered]
+
+
+@lru_cache(maxsize=8192)
+def _hint(group: tuple[int, ...], preferred: bool) -> Hint:
+    # Hints are immutable, and admissions on one machine keep asking for the same groups.
+    return Hint(group, preferred)
 
 
 def _min_affinity(nodes: tuple[int, ...], demands: Sequence[Demand]) -> int | None:

@@ -7,9 +7,7 @@ this provider has no preference and allocates nothing.
 
 from __future__ import annotations
 
-from dataclasses import replace
-
-from nri_numa.engine.allocations import Allocations, ContainerAllocation, PodAllocation
+from nri_numa.engine.allocations import Allocations, ContainerAllocation
 from nri_numa.engine.context import EngineContext
 from nri_numa.engine.cpu import CPUAllocationError, cpu_hints, take_cpus
 from nri_numa.engine.hints import Hint
@@ -73,9 +71,9 @@ class CpuProvider:
         else:
             reusable -= cpus
         entry = pod_alloc.containers.get(container.name) or ContainerAllocation()
-        pod_alloc = replace(pod_alloc.with_container(
-            container.name, replace(entry, exclusive_cpus=cpus)), reusable_cpus=reusable)
-        return replace(allocs.with_pod(pod.uid, pod_alloc), shared=allocs.shared - cpus)
+        pod_alloc = pod_alloc.with_container(
+            container.name, entry.with_exclusive_cpus(cpus)).with_reusable_cpus(reusable)
+        return allocs.with_pod(pod.uid, pod_alloc).with_shared(allocs.shared - cpus)
 
     def release(self, ctx: EngineContext, allocs: Allocations, pod_id: str,
                 container_name: str) -> Allocations:
@@ -84,10 +82,10 @@ class CpuProvider:
         if entry is None or not entry.exclusive_cpus:
             return allocs
         freed = entry.exclusive_cpus - pod_alloc.cpus_in_use(except_container=container_name)
-        pod_alloc = replace(pod_alloc.with_container(
-            container_name, replace(entry, exclusive_cpus=frozenset())),
-            reusable_cpus=pod_alloc.reusable_cpus - freed)
-        return replace(allocs.with_pod(pod_id, pod_alloc), shared=allocs.shared | freed)
+        pod_alloc = pod_alloc.with_container(
+            container_name, entry.with_exclusive_cpus(frozenset())).with_reusable_cpus(
+            pod_alloc.reusable_cpus - freed)
+        return allocs.with_pod(pod_id, pod_alloc).with_shared(allocs.shared | freed)
 
     def demands(self, ctx: EngineContext, allocs: Allocations, pod: PodRequest,
                 container: ContainerRequest | None) -> list[ResourceDemand]:

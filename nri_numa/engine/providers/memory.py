@@ -8,7 +8,6 @@ Guaranteed pods get their memory and hugepages reserved on the chosen NUMA nodes
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import replace
 
 from nri_numa.engine import memory
 from nri_numa.engine.allocations import Allocations
@@ -58,13 +57,13 @@ class MemoryProvider:
                                     init_containers=inits)
         except (memory.MemoryAllocationError, memory.MemoryRequestError) as e:
             raise AllocationFailure("memory", "UnexpectedAdmissionError", str(e)) from None
-        return replace(allocs, memory=state)
+        return allocs.with_memory(state)
 
     def release(self, ctx: EngineContext, allocs: Allocations, pod_id: str,
                 container_name: str) -> Allocations:
         if allocs.memory is None or allocs.memory.container_blocks(pod_id, container_name) is None:
             return allocs
-        return replace(allocs, memory=memory.remove(allocs.memory, pod_id, container_name))
+        return allocs.with_memory(memory.remove(allocs.memory, pod_id, container_name))
 
     def demands(self, ctx: EngineContext, allocs: Allocations, pod: PodRequest,
                 container: ContainerRequest | None) -> list[ResourceDemand]:

@@ -8,7 +8,7 @@ Both place a container the same way: record the hint, then let every provider al
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 from nri_numa.engine.allocations import Allocations, ContainerAllocation
 from nri_numa.engine.context import EngineContext
@@ -59,7 +59,7 @@ class ScopeRun:
         pod_alloc = allocs.pod(pod.uid)
         entry = pod_alloc.containers.get(container.name) or ContainerAllocation()
         allocs = allocs.with_pod(pod.uid, pod_alloc.with_container(
-            container.name, replace(entry, hint=hint)))
+            container.name, entry.with_hint(hint)))
         for provider in self.providers:
             try:
                 allocs = provider.allocate(self.ctx, allocs, pod, container, hint)
