@@ -1,0 +1,1 @@
+"""NRI wire layer: the connection multiplexer and ttrpc on top of it."""

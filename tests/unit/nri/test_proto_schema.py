@@ -1,0 +1,88 @@
+"""The generated NRI schema carries the field numbers the runtime uses (nri-wire.md §3, §8)."""
+
+from __future__ import annotations
+
+import pytest
+from google.protobuf.descriptor import FieldDescriptor
+
+from nri_numa.nri.pb import api_pb2, ttrpc_pb2
+
+T = FieldDescriptor
+WIRE_FACTS = [
+    ("RegisterPluginRequest", "plugin_name", 1, T.TYPE_STRING),
+    ("RegisterPluginRequest", "plugin_idx", 2, T.TYPE_STRING),
+    ("ConfigureRequest", "config", 1, T.TYPE_STRING),
+    ("ConfigureRequest", "runtime_version", 3, T.TYPE_STRING),
+    ("ConfigureResponse", "events", 2, T.TYPE_INT32),
+    ("SynchronizeRequest", "containers", 2, T.TYPE_MESSAGE),
+    ("SynchronizeResponse", "update", 1, T.TYPE_MESSAGE),
+    ("CreateContainerResponse", "adjust", 1, T.TYPE_MESSAGE),
+    ("CreateContainerResponse", "evict", 3, T.TYPE_MESSAGE),
+    ("UpdateContainerRequest", "linux_resources", 3, T.TYPE_MESSAGE),
+    ("UpdateContainersResponse", "failed", 1, T.TYPE_MESSAGE),
+    ("StateChangeEvent", "event", 1, T.TYPE_ENUM),
+    ("PodSandbox", "pid", 9, T.TYPE_UINT32),
+    ("LinuxPodSandbox", "cgroup_parent", 3, T.TYPE_STRING),
+    ("Container", "env", 8, T.TYPE_STRING),
+    ("Container", "rlimits", 13, T.TYPE_MESSAGE),
+    ("LinuxContainer", "cgroups_path", 5, T.TYPE_STRING),
+    ("LinuxResources", "hugepage_limits", 3, T.TYPE_MESSAGE),
+    ("LinuxResources", "devices", 7, T.TYPE_MESSAGE),
+    ("LinuxCPU", "cpus", 6, T.TYPE_STRING),
+    ("LinuxCPU", "mems", 7, T.TYPE_STRING),
+    ("LinuxMemory", "limit", 1, T.TYPE_MESSAGE),
+    ("LinuxMemory", "use_hierarchy", 8, T.TYPE_MESSAGE),
+    ("HugepageLimit", "limit", 2, T.TYPE_UINT64),
+    ("ContainerAdjustment", "env", 4, T.TYPE_MESSAGE),
+    ("ContainerAdjustment", "linux", 6, T.TYPE_MESSAGE),
+    ("LinuxContainerAdjustment", "devices", 1, T.TYPE_MESSAGE),
+    ("LinuxContainerAdjustment", "resources", 2, T.TYPE_MESSAGE),
+    ("LinuxDevice", "minor", 4, T.TYPE_INT64),
+    ("LinuxDevice", "file_mode", 5, T.TYPE_MESSAGE),
+    ("ContainerUpdate", "ignore_failure", 3, T.TYPE_BOOL),
+    ("ContainerEviction", "reason", 2, T.TYPE_STRING),
+    ("OptionalFileMode", "value", 1, T.TYPE_UINT32),
+]
+
+
+@pytest.mark.parametrize(("message", "field", "number", "kind"), WIRE_FACTS)
+def test_field_numbers_and_types(message: str, field: str, number: int, kind: int) -> None:
+    descriptor = api_pb2.DESCRIPTOR.message_types_by_name[message].fields_by_name[field]
+    assert (descriptor.number, descriptor.type) == (number, kind)
+
+
+def test_v061_has_none_of_the_later_fields() -> None:
+    by_name = api_pb2.DESCRIPTOR.message_types_by_name
+    assert "CDIDevice" not in by_name and "LinuxPids" not in by_name
+    assert 1 not in by_name["ContainerAdjustment"].fields_by_number
+    assert 3 not in by_name["SynchronizeRequest"].fields_by_number
+    assert len(by_name) == 44  # top-level messages in v0.6.1 (v0.8 has 46)
+
+
+def test_services_and_methods_are_the_strings_on_the_wire() -> None:
+    services = {s.full_name: sorted(m.name for m in s.methods) for s in api_pb2.DESCRIPTOR.services_by_name.values()}
+    assert services == {
+        "nri.pkg.api.v1alpha1.Runtime": ["RegisterPlugin", "UpdateContainers"],
+        "nri.pkg.api.v1alpha1.Plugin": [
+            "Configure", "CreateContainer", "Shutdown", "StateChange", "StopContainer", "Synchronize", "UpdateContainer",
+        ],
+    }
+
+
+def test_event_numbers_give_the_0x7ff_mask() -> None:
+    events = [api_pb2.Event.Value(name) for name in api_pb2.Event.keys() if name not in ("UNKNOWN", "LAST")]
+    assert sorted(events) == list(range(1, 12))
+    assert sum(1 << (e - 1) for e in events) == 0x7FF
+    assert api_pb2.ConfigureResponse(events=0x7FF).SerializeToString() == bytes.fromhex("10ff0f")
+
+
+def test_envelope_matches_the_captured_registration() -> None:
+    request = ttrpc_pb2.Request(
+        service="nri.pkg.api.v1alpha1.Runtime",
+        method="RegisterPlugin",
+        payload=api_pb2.RegisterPluginRequest(plugin_name="proto", plugin_idx="10").SerializeToString(),
+        timeout_nano=5_000_000_000,
+    )
+    assert request.ByteSize() == 65
+    assert request.SerializeToString().endswith(bytes.fromhex("1a0b0a0570726f746f120231302080e497d012"))
+    assert ttrpc_pb2.Response(status=ttrpc_pb2.Status(code=0)).SerializeToString() == b"\x0a\x00"
