@@ -146,6 +146,52 @@ def _add_engine_options(p: argparse.ArgumentParser) -> None:
                    help="Pod manifests in YAML, and {delete: namespace/name} entries, in order")
 
 
+# --- nri-numa run: the NRI plugin agent -------------------------------------------------
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    import logging
+
+    from nri_numa.nri.daemon import DaemonError, DaemonOptions, run
+
+    logging.basicConfig(
+        level=getattr(logging, args.log_level.upper()), filename=args.log_file,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    given = {"socket_path": args.nri_socket, "name": args.name, "index": args.index,
+             "config_file": args.config and Path(args.config),
+             "state_dir": args.state_dir and Path(args.state_dir),
+             "topology_file": args.topology and Path(args.topology)}
+    try:
+        run(DaemonOptions(**{k: v for k, v in given.items() if v is not None}))
+    except DaemonError as e:
+        raise CliError(str(e)) from None
+    return 0
+
+
+def _add_run_parser(sub: argparse._SubParsersAction) -> None:
+    # Defaults live in nri_numa.nri.daemon.DaemonOptions (importing it here would slow every
+    # command down); the help texts repeat them, and a test keeps the two in step.
+    p = sub.add_parser("run", help="run the NRI plugin (containerd, CRI-O) until stopped",
+                       description="Connect to the runtime's NRI socket and place every container "
+                                   "it creates; reconnects when the runtime restarts. Started by "
+                                   "the runtime itself (NRI_PLUGIN_SOCKET set), serves fd 3.")
+    p.add_argument("--nri-socket", metavar="PATH",
+                   help="the runtime's NRI socket (default /var/run/nri/nri.sock)")
+    p.add_argument("--config", metavar="FILE",
+                   help="KubeletConfiguration keys in YAML (packaging/nri-numa.conf.example)")
+    p.add_argument("--state-dir", metavar="DIR",
+                   help="where the ledger is kept across restarts (default /var/lib/nri-numa)")
+    p.add_argument("--topology", metavar="FILE",
+                   help="a topology captured with `nri-numa topology --json` (default: discover "
+                        "this machine)")
+    p.add_argument("--name", help="plugin name (default nri-numa)")
+    p.add_argument("--index", metavar="NN",
+                   help="plugin index, two digits: the order among plugins (default 90)")
+    p.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
+    p.add_argument("--log-file", metavar="FILE", help="log here instead of standard error")
+    p.set_defaults(func=cmd_run)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="nri-numa",
@@ -189,6 +235,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the pod: name (namespace default) or namespace/name")
     p.add_argument("--json", action="store_true", help="the explanation as JSON")
     p.set_defaults(func=cmd_explain)
+
+    _add_run_parser(sub)
 
     p = sub.add_parser("presets", help="list the synthetic machines")
     p.set_defaults(func=cmd_presets)

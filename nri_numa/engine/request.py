@@ -147,8 +147,17 @@ class PodRequest:
     init_containers: tuple[ContainerRequest, ...] = ()  # spec order; kinds init and sidecar
     app_containers: tuple[ContainerRequest, ...] = ()
     annotations: Mapping[str, str] = field(default_factory=dict)
+    # The class the runtime was told (the kubelet's cgroup parent), for a pod seen one
+    # container at a time; None: computed from the containers.
+    qos_override: QosClass | None = None
 
     def __post_init__(self) -> None:
+        if self.qos_override is not None:
+            try:
+                object.__setattr__(self, "qos_override", QosClass(self.qos_override))
+            except ValueError:
+                raise RequestError(f"pod qos_override {self.qos_override!r} is not one of "
+                                   f"{', '.join(QosClass)}") from None
         for attr in ("uid", "namespace", "name"):
             if not isinstance(getattr(self, attr), str) or not getattr(self, attr):
                 raise RequestError(f"pod {attr} must be a non-empty string")
@@ -184,7 +193,7 @@ class PodRequest:
 
     @cached_property
     def qos(self) -> QosClass:
-        return qos_class(self)
+        return self.qos_override or qos_class(self)
 
 
 def qos_class(pod: PodRequest) -> QosClass:

@@ -1,0 +1,274 @@
+"""``nri-numa run``: the plugin as a long-running agent.
+
+External mode (the recommended one, docs/nri-wire.md §7) connects to the runtime's NRI socket
+and connects again whenever the socket is missing or stale or the runtime restarts, waiting a
+little longer each time (doubling, capped, with jitter so that many nodes do not retry in step).
+Every new connection registers again and gets a full Synchronize. Pre-launched mode, when the
+runtime started us with ``NRI_PLUGIN_SOCKET``, serves that one inherited socket until it closes.
+
+Updates that cannot travel in a reply are sent by one sender thread after the handler that made
+them has returned. SIGTERM and SIGINT close the session and end the process cleanly.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import queue
+import random
+import signal
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+from nri_numa.engine.config import ConfigError, EngineConfig, config_from_mapping
+from nri_numa.nri.pb import api_pb2 as api
+from nri_numa.nri.plugin import NumaPlugin
+from nri_numa.nri.session import NriSession, SessionClosed
+from nri_numa.nri.wire.ttrpc import TtrpcError
+from nri_numa.state.checkpoint import CheckpointError, CheckpointStore, machine_fingerprint
+from nri_numa.topology.model import Topology, TopologyFormatError
+
+log = logging.getLogger(__name__)
+
+DEFAULT_SOCKET = "/var/run/nri/nri.sock"
+DEFAULT_STATE_DIR = "/var/lib/nri-numa"
+DEFAULT_NAME = "nri-numa"
+DEFAULT_INDEX = "90"
+PRELAUNCH_SOCKET_ENV = "NRI_PLUGIN_SOCKET"
+PRELAUNCH_NAME_ENV = "NRI_PLUGIN_NAME"
+PRELAUNCH_INDEX_ENV = "NRI_PLUGIN_IDX"
+BACKOFF_FIRST = 0.5  # seconds
+BACKOFF_CAP = 30.0
+STABLE_SESSION = 10.0  # a session that lasted this long resets the backoff
+
+
+class DaemonError(Exception):
+    """The agent cannot start; the message says what to fix."""
+
+
+@dataclass(frozen=True)
+class DaemonOptions:
+    socket_path: str = DEFAULT_SOCKET
+    config_file: Path | None = None
+    state_dir: Path = Path(DEFAULT_STATE_DIR)
+    topology_file: Path | None = None
+    name: str = DEFAULT_NAME
+    index: str = DEFAULT_INDEX
+
+
+def backoff_delays(first: float = BACKOFF_FIRST, cap: float = BACKOFF_CAP,
+                   rng: Callable[[], float] = random.random) -> Iterator[float]:
+    """first, 2×first, 4×first … up to cap, each scaled by a random factor in [0.5, 1)."""
+    delay = first
+    while True:
+        yield delay * (0.5 + rng() / 2)
+        delay = min(cap, delay * 2)
+
+
+class UpdateSender:
+    """Sends updates made outside a reply, on its own thread, through the current session."""
+
+    def __init__(self) -> None:
+        self._queue: queue.Queue[list[api.ContainerUpdate] | None] = queue.Queue()
+        self._session: NriSession | None = None
+        self._thread = threading.Thread(target=self._serve, name="nri-updates", daemon=True)
+        self._thread.start()
+
+    def use(self, session: NriSession | None) -> None:
+        self._session = session
+
+    def submit(self, updates: list[api.ContainerUpdate]) -> None:
+        self._queue.put(list(updates))
+
+    def stop(self) -> None:
+        self._queue.put(None)
+        self._thread.join(timeout=5)
+
+    def _serve(self) -> None:
+        while (updates := self._queue.get()) is not None:
+            session = self._session
+            if session is None:
+                log.warning("%d container updates dropped: no runtime connected (the next "
+                            "Synchronize restores every cpuset)", len(updates))
+                continue
+            try:
+                failed = session.update_containers(updates)
+            except (SessionClosed, TtrpcError, RuntimeError) as e:
+                log.warning("%d container updates not sent: %s", len(updates), e)
+                continue
+            except Exception:  # the sender must outlive any one batch
+                log.exception("%d container updates not sent", len(updates))
+                continue
+            for update in failed:
+                log.warning("runtime could not update container %s", update.container_id)
+
+
+class Daemon:
+    def __init__(self, plugin: NumaPlugin, sender: UpdateSender, options: DaemonOptions, *,
+                 connect: Callable[[str], NriSession] = NriSession.connect,
+                 delays: Iterator[float] | None = None) -> None:
+        self._plugin = plugin
+        self._sender = sender
+        self._options = options
+        self._connect = connect
+        self._delays = delays
+        self._stopping = threading.Event()
+        self._session: NriSession | None = None
+        self._session_lock = threading.Lock()
+        self.error: DaemonError | None = None  # why serving ended, when it could not go on
+
+    def stop(self) -> None:
+        """From any thread or a signal handler: close the session, end ``run_*``."""
+        self._stopping.set()
+        with self._session_lock:
+            session = self._session
+        if session is not None:
+            session.close()
+
+    def run_external(self) -> None:
+        """Connect, serve, and connect again until stopped."""
+        delays = self._delays or backoff_delays()
+        attempt = 0
+        while not self._stopping.is_set():
+            attempt += 1
+            log.info("connecting to %s (attempt %d)", self._options.socket_path, attempt)
+            started = time.monotonic()
+            try:
+                session = self._connect(self._options.socket_path)
+            except ConnectionError as e:
+                log.warning("%s", e)
+            else:
+                self._serve(session, self._options.name, self._options.index)
+                if time.monotonic() - started >= STABLE_SESSION:
+                    delays, attempt = self._delays or backoff_delays(), 0
+            if self._stopping.is_set():
+                break
+            delay = next(delays)
+            log.info("reconnecting in %.1f s", delay)
+            self._stopping.wait(delay)
+
+    def run_prelaunched(self, fd: int, name: str, index: str) -> None:
+        """Serve the socket the runtime handed us, once: it never reconnects a launched plugin."""
+        try:
+            session = NriSession.from_fd(fd)
+        except ValueError as e:
+            raise DaemonError(f"{PRELAUNCH_SOCKET_ENV}={fd}: {e}") from None
+        self._serve(session, name, index)
+
+    def _serve(self, session: NriSession, name: str, index: str) -> None:
+        with self._session_lock:
+            self._session = session
+        if self._stopping.is_set():
+            session.close()
+        self._sender.use(session)
+        try:
+            session.run(self._plugin, name, index)
+            log.info("NRI session closed")
+        except SessionClosed as e:
+            log.warning("NRI session ended: %s", e.reason)
+        except ValueError as e:
+            raise DaemonError(str(e)) from None
+        finally:
+            self._sender.use(None)
+            with self._session_lock:
+                self._session = None
+
+
+# --- start-up --------------------------------------------------------------------------------
+
+
+def load_topology(path: Path | None) -> Topology:
+    """The machine from a topology JSON file, else discovered from this host."""
+    if path is None:
+        from nri_numa.topology import discover
+
+        topology = discover("/")
+        for warning in topology.warnings:
+            log.warning("discovery: %s", warning)
+        return topology
+    try:
+        return Topology.from_json(path.read_text())
+    except OSError as e:
+        raise DaemonError(f"cannot read topology file {path}: {e.strerror}") from None
+    except TopologyFormatError as e:
+        raise DaemonError(f"{path}: {e}") from None
+
+
+def load_config(path: Path | None) -> EngineConfig:
+    """KubeletConfiguration keys from a YAML file; defaults without one."""
+    if path is None:
+        return EngineConfig()
+    try:
+        mapping = yaml.safe_load(path.read_text())
+    except OSError as e:
+        raise DaemonError(f"cannot read config file {path}: {e.strerror}") from None
+    except yaml.YAMLError as e:
+        raise DaemonError(f"{path}: not valid YAML: {e}") from None
+    try:
+        return config_from_mapping(mapping)
+    except ConfigError as e:
+        raise DaemonError(f"{path}: {e}") from None
+
+
+def run(options: DaemonOptions, environ: dict[str, str] | None = None) -> None:
+    """Start the agent and serve until SIGTERM/SIGINT (or, pre-launched, until the runtime
+    closes the socket). Raises DaemonError when it cannot start."""
+    environ = dict(os.environ if environ is None else environ)
+    topology = load_topology(options.topology_file)
+    config = load_config(options.config_file)
+    store = CheckpointStore(options.state_dir, machine_fingerprint(topology))
+    try:
+        store.lock()
+    except CheckpointError as e:
+        raise DaemonError(str(e)) from None
+    sender = UpdateSender()
+    try:
+        try:
+            plugin = NumaPlugin(topology, config, store, send_updates=sender.submit)
+        except (ConfigError, CheckpointError) as e:
+            raise DaemonError(str(e)) from None
+        _serve_until_signalled(Daemon(plugin, sender, options), options, environ)
+    finally:
+        sender.stop()
+        store.unlock()
+    log.info("nri-numa stopped")
+
+
+def _serve_until_signalled(daemon: Daemon, options: DaemonOptions,
+                           environ: dict[str, str]) -> None:
+    worker = threading.Thread(target=_serve_until_done, name="nri-session",
+                              args=(daemon, options, environ), daemon=True)
+    previous = {sig: signal.signal(sig, lambda *_: daemon.stop())
+                for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        worker.start()
+        while worker.is_alive():
+            worker.join(timeout=0.5)  # short waits, so signal handlers run promptly
+    finally:
+        daemon.stop()
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    if daemon.error is not None:
+        raise daemon.error
+
+
+def _serve_until_done(daemon: Daemon, options: DaemonOptions, environ: dict[str, str]) -> None:
+    try:
+        fd = environ.get(PRELAUNCH_SOCKET_ENV)
+        if fd is None:
+            daemon.run_external()
+            return
+        if not fd.isdigit():
+            raise DaemonError(f"{PRELAUNCH_SOCKET_ENV}={fd!r} is not a file descriptor number")
+        # The runtime registers a launched plugin under the name it chose, whatever we send.
+        name = environ.get(PRELAUNCH_NAME_ENV) or options.name
+        index = environ.get(PRELAUNCH_INDEX_ENV) or options.index
+        log.info("pre-launched by the runtime as %s-%s (no Synchronize will come)", index, name)
+        daemon.run_prelaunched(int(fd), name, index)
+    except DaemonError as e:
+        daemon.error = e

@@ -1,0 +1,162 @@
+"""NRI messages ⇄ the runtime layer and the engine's placements.
+
+Inbound: ``PodSandbox`` and ``Container`` (NRI v0.6.1, docs/nri-wire.md §8) become the
+runtime-neutral ``RuntimePod``/``RuntimeContainer``. Outbound: a ``Placement`` becomes the
+``ContainerAdjustment`` of the container being created, and a cpuset for any other container
+becomes a ``ContainerUpdate``. cpus and mems travel in cpuset list syntax; an empty string
+would mean "leave alone", so an unknown value is simply not set.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from functools import lru_cache
+
+from nri_numa.engine.decision import Placement
+from nri_numa.nri.pb import api_pb2 as api
+from nri_numa.runtime.container import (DeviceNode, RuntimeContainer, RuntimeInputError,
+                                        RuntimePod, page_size_kib, parse_env)
+from nri_numa.topology.cpulist import ListFormatError, format_list, parse_list
+
+# Containers in these states hold (or are about to hold) CPUs. UNKNOWN is kept: freeing CPUs
+# a container may still run on is worse than keeping them a little longer.
+LIVE_STATES = frozenset({api.CONTAINER_UNKNOWN, api.CONTAINER_CREATED, api.CONTAINER_PAUSED,
+                         api.CONTAINER_RUNNING})
+
+# The events the plugin handles; CreateContainer, UpdateContainer and StopContainer have their
+# own methods, the others arrive as StateChange.
+HANDLED_EVENTS = (api.RUN_POD_SANDBOX, api.STOP_POD_SANDBOX, api.REMOVE_POD_SANDBOX,
+                  api.CREATE_CONTAINER, api.UPDATE_CONTAINER, api.STOP_CONTAINER,
+                  api.REMOVE_CONTAINER)
+
+
+def event_mask(events: Iterable[int]) -> int:
+    """The ConfigureResponse subscription: bit (event − 1) per event."""
+    mask = 0
+    for event in events:
+        mask |= 1 << (event - 1)
+    return mask
+
+
+EVENT_MASK = event_mask(HANDLED_EVENTS)
+
+
+def runtime_pod(pod: api.PodSandbox) -> RuntimePod:
+    """Raises RuntimeInputError naming the bad field."""
+    return RuntimePod(id=pod.id, uid=pod.uid, name=pod.name, namespace=pod.namespace,
+                      cgroup_parent=pod.linux.cgroup_parent,
+                      annotations=dict(pod.annotations), labels=dict(pod.labels))
+
+
+def runtime_container(container: api.Container, pod: RuntimePod) -> RuntimeContainer:
+    """Raises RuntimeInputError naming the container and the bad field."""
+    linux = container.linux
+    cpu, memory = linux.resources.cpu, linux.resources.memory
+    where = f"container {container.name or container.id}"
+    return RuntimeContainer(
+        id=container.id, name=container.name, pod=pod,
+        cpu_shares=cpu.shares.value if cpu.HasField("shares") else None,
+        cpu_quota=cpu.quota.value if cpu.HasField("quota") else None,
+        cpu_period=cpu.period.value if cpu.HasField("period") else None,
+        memory_limit=memory.limit.value if memory.HasField("limit") else None,
+        hugepage_limits=_hugepages(linux.resources.hugepage_limits, where),
+        devices=_devices(linux.devices, where),
+        env=parse_env(list(container.env)),
+        annotations=dict(container.annotations), labels=dict(container.labels),
+        cpuset_cpus=_cpuset(cpu.cpus, f"{where}: cpus"),
+        cpuset_mems=_cpuset(cpu.mems, f"{where}: mems"))
+
+
+def _hugepages(limits: Iterable[api.HugepageLimit], where: str) -> dict[int, int]:
+    pages: dict[int, int] = {}
+    for limit in limits:
+        try:
+            size = page_size_kib(limit.page_size)
+        except RuntimeInputError as e:
+            raise RuntimeInputError(f"{where}: {e}") from None
+        pages[size] = pages.get(size, 0) + limit.limit
+    return pages
+
+
+def _devices(devices: Iterable[api.LinuxDevice], where: str) -> tuple[DeviceNode, ...]:
+    try:
+        return tuple(DeviceNode(d.path, d.type, d.major, d.minor) for d in devices)
+    except RuntimeInputError as e:
+        raise RuntimeInputError(f"{where}: {e}") from None
+
+
+def _cpuset(text: str, where: str) -> frozenset[int] | None:
+    if not text:
+        return None
+    try:
+        return parse_list(text)
+    except ListFormatError as e:
+        raise RuntimeInputError(f"{where}: {e}") from None
+
+
+def is_live(container: api.Container) -> bool:
+    return container.state in LIVE_STATES
+
+
+def creation_order_key(container: api.Container) -> tuple[bool, int]:
+    """NRI v0.6.1 gives no creation time. Process ids grow with time (until they wrap), and a
+    container not started yet (pid 0) came last: the best order the message allows."""
+    return (container.pid == 0, container.pid)
+
+
+def live_containers(req: api.SynchronizeRequest,
+                    ) -> tuple[list[RuntimeContainer], set[str], list[str]]:
+    """The live containers of a Synchronize in creation order; the ids of every live one
+    (readable or not: an unreadable container still holds its CPUs); one line per problem."""
+    pods: dict[str, RuntimePod] = {}
+    problems = []
+    for p in req.pods:
+        try:
+            pods[p.id] = runtime_pod(p)
+        except RuntimeInputError as e:
+            problems.append(f"pod {p.id} skipped: {e}")
+    live = sorted((c for c in req.containers if is_live(c)), key=creation_order_key)
+    readable = []
+    for c in live:
+        if c.pod_sandbox_id not in pods:
+            problems.append(f"container {c.id} skipped: its pod {c.pod_sandbox_id} is unknown")
+            continue
+        try:
+            readable.append(runtime_container(c, pods[c.pod_sandbox_id]))
+        except RuntimeInputError as e:
+            problems.append(f"container {c.id} skipped: {e}")
+    return readable, {c.id for c in live}, problems
+
+
+# Shared-pool updates write one pool into many messages; the frozenset keeps its hash.
+_cpu_list = lru_cache(maxsize=256)(format_list)
+
+
+def cpuset_resources(cpus: frozenset[int], mems: frozenset[int] | None) -> api.LinuxResources:
+    resources = api.LinuxResources()
+    if cpus:
+        resources.cpu.cpus = _cpu_list(cpus)
+    if mems:
+        resources.cpu.mems = _cpu_list(mems)
+    return resources
+
+
+def adjustment(placement: Placement) -> api.ContainerAdjustment:
+    """The changes to the container being created: its cpuset (exclusive CPUs or the shared
+    pool) and, when the engine chose them, its memory nodes.
+
+    Devices (``linux.devices``) and their environment (``env``) are added here once the engine
+    hands devices out through NRI; today it only follows devices the container already has.
+    """
+    adjust = api.ContainerAdjustment()
+    adjust.linux.resources.CopyFrom(cpuset_resources(placement.cpus, placement.mems))
+    return adjust
+
+
+def cpuset_update(container_id: str, cpus: frozenset[int], mems: frozenset[int] | None = None,
+                  *, ignore_failure: bool = True) -> api.ContainerUpdate:
+    """A new cpuset for an existing container. ``ignore_failure`` by default: the container
+    may be exiting while the runtime applies it, which must not fail the event that asked."""
+    update = api.ContainerUpdate(container_id=container_id, ignore_failure=ignore_failure)
+    update.linux.resources.CopyFrom(cpuset_resources(cpus, mems))
+    return update

@@ -1,0 +1,156 @@
+"""A container and its pod as every runtime reports them, whatever the front door.
+
+NRI messages and OCI specs share the same Linux resources (cpu shares, quota and period, the
+memory limit, hugepage limits), the device nodes a container is given, its environment, and the
+pod's cgroup parent, annotations and labels. Each front door fills these values from its own
+format; ``nri_numa.runtime.to_request`` turns them into the engine's requests in one place.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+
+DEVICE_TYPES = ("c", "b", "u", "p")  # OCI: char, block, unbuffered char, FIFO
+
+
+class RuntimeInputError(ValueError):
+    """A runtime value that cannot describe a container; the message names the field."""
+
+
+def _frozen(mapping: Mapping[str, str], where: str) -> Mapping[str, str]:
+    for key, value in mapping.items():
+        if not isinstance(key, str) or not isinstance(value, str):
+            raise RuntimeInputError(f"{where}: {key!r} must map a string to a string")
+    return MappingProxyType(dict(mapping))
+
+
+def _optional_int(value: object, where: str) -> None:
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+        raise RuntimeInputError(f"{where} must be an integer or unset, not {value!r}")
+
+
+@dataclass(frozen=True)
+class DeviceNode:
+    """A device node in the container: ``/dev/nvidia0``, char, major 195, minor 0."""
+
+    path: str
+    type: str
+    major: int
+    minor: int
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.path, str) or not self.path:
+            raise RuntimeInputError(f"device path must be a non-empty string, not {self.path!r}")
+        if self.type not in DEVICE_TYPES:
+            raise RuntimeInputError(f"device {self.path}: type {self.type!r} is not one of "
+                                    f"{', '.join(DEVICE_TYPES)}")
+        for attr in ("major", "minor"):
+            value = getattr(self, attr)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise RuntimeInputError(f"device {self.path}: {attr} must be a non-negative "
+                                        f"integer, not {value!r}")
+
+
+@dataclass(frozen=True)
+class RuntimePod:
+    """The pod (sandbox) a container belongs to. Outside Kubernetes ``uid``, ``name`` and
+    ``namespace`` may be empty; ``cgroup_parent`` is whatever the runtime was given."""
+
+    id: str  # the runtime's sandbox id
+    uid: str = ""
+    name: str = ""
+    namespace: str = ""
+    cgroup_parent: str = ""
+    annotations: Mapping[str, str] = field(default_factory=dict)
+    labels: Mapping[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        for attr in ("id", "uid", "name", "namespace", "cgroup_parent"):
+            if not isinstance(getattr(self, attr), str):
+                raise RuntimeInputError(f"pod {attr} must be a string, not "
+                                        f"{getattr(self, attr)!r}")
+        if not self.id:
+            raise RuntimeInputError("pod id must be a non-empty string")
+        object.__setattr__(self, "annotations", _frozen(self.annotations, f"pod {self.id} annotations"))
+        object.__setattr__(self, "labels", _frozen(self.labels, f"pod {self.id} labels"))
+
+
+@dataclass(frozen=True)
+class RuntimeContainer:
+    """One container's identity and Linux resources, in the runtime's own units.
+
+    ``None`` means the runtime left a value unset. Hugepage limits are keyed by page size in
+    KiB, amounts in bytes. ``cpuset_cpus``/``cpuset_mems`` are what the container has now (the
+    runtime's current view), which the plugin compares with what it expects.
+    """
+
+    id: str
+    name: str
+    pod: RuntimePod
+    cpu_shares: int | None = None
+    cpu_quota: int | None = None  # microseconds per period; -1 or unset: no limit
+    cpu_period: int | None = None  # microseconds
+    memory_limit: int | None = None  # bytes; -1, 0 or unset: no limit
+    hugepage_limits: Mapping[int, int] = field(default_factory=dict)
+    devices: tuple[DeviceNode, ...] = ()
+    env: Mapping[str, str] = field(default_factory=dict)
+    annotations: Mapping[str, str] = field(default_factory=dict)
+    labels: Mapping[str, str] = field(default_factory=dict)
+    cpuset_cpus: frozenset[int] | None = None
+    cpuset_mems: frozenset[int] | None = None
+
+    def __post_init__(self) -> None:
+        for attr in ("id", "name"):
+            if not isinstance(getattr(self, attr), str) or not getattr(self, attr):
+                raise RuntimeInputError(f"container {attr} must be a non-empty string, not "
+                                        f"{getattr(self, attr)!r}")
+        where = f"container {self.name}"
+        for attr in ("cpu_shares", "cpu_quota", "cpu_period", "memory_limit"):
+            _optional_int(getattr(self, attr), f"{where}: {attr}")
+        pages = dict(self.hugepage_limits)
+        for size, amount in pages.items():
+            if isinstance(size, bool) or not isinstance(size, int) or size <= 0:
+                raise RuntimeInputError(f"{where}: hugepage size {size!r} must be a positive "
+                                        "number of KiB")
+            if isinstance(amount, bool) or not isinstance(amount, int) or amount < 0:
+                raise RuntimeInputError(f"{where}: hugepage limit {amount!r} must be a "
+                                        "non-negative number of bytes")
+        object.__setattr__(self, "hugepage_limits", MappingProxyType(pages))
+        object.__setattr__(self, "devices", tuple(self.devices))
+        for attr in ("env", "annotations", "labels"):
+            object.__setattr__(self, attr, _frozen(getattr(self, attr), f"{where} {attr}"))
+        for attr in ("cpuset_cpus", "cpuset_mems"):
+            if getattr(self, attr) is not None:
+                object.__setattr__(self, attr, frozenset(getattr(self, attr)))
+
+
+def parse_env(entries: list[str] | tuple[str, ...]) -> dict[str, str]:
+    """``["A=1", "B=x=y"]`` → ``{"A": "1", "B": "x=y"}``. An entry without ``=`` is a name with
+    an empty value (as the OCI runtime passes it); later entries win, as in execve."""
+    env: dict[str, str] = {}
+    for entry in entries:
+        name, _, value = entry.partition("=")
+        if name:
+            env[name] = value
+    return env
+
+
+_PAGE_UNITS = {"B": 1, "KB": 1 << 10, "MB": 1 << 20, "GB": 1 << 30, "TB": 1 << 40,
+               "KIB": 1 << 10, "MIB": 1 << 20, "GIB": 1 << 30, "TIB": 1 << 40,
+               "KI": 1 << 10, "MI": 1 << 20, "GI": 1 << 30, "TI": 1 << 40}
+
+
+def page_size_kib(text: str) -> int:
+    """An OCI hugepage size ("2MB", "1GB", "64KB"; binary units, as runc reads them) in KiB.
+    The Kubernetes spellings "2Mi" and "2MiB" are taken too."""
+    stripped = text.strip()
+    digits = len(stripped) - len(stripped.lstrip("0123456789"))
+    number, unit = stripped[:digits], stripped[digits:].upper()
+    if not number or unit not in _PAGE_UNITS:
+        raise RuntimeInputError(f"hugepage size {text!r} is not a size such as 2MB or 1GB")
+    size = int(number) * _PAGE_UNITS[unit]
+    if size <= 0 or size % 1024:
+        raise RuntimeInputError(f"hugepage size {text!r} is not a whole number of KiB")
+    return size // 1024

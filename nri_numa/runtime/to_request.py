@@ -1,0 +1,213 @@
+"""Runtime containers → the engine's requests, for every front door.
+
+What a runtime knows is what the kubelet wrote into the container's Linux resources, not the
+pod spec, so each request is read back from it (docs/real-runtimes.md):
+
+* **QoS** comes from the pod's cgroup parent, which the kubelet names after the class
+  (``/kubepods/burstable/pod<uid>``, ``kubepods-besteffort-pod<uid>.slice``, ...). A runtime
+  sees a pod's containers one at a time, so the class cannot be computed from the containers
+  it has seen so far. Outside Kubernetes (no kubepods parent) the engine computes it from the
+  resources, with the API server's defaulting: a limit alone is also the request.
+* **CPU request** from ``cpu.shares``: the kubelet writes ``max(2, millicores*1024/1000)``
+  (integer division); each share count comes from at most one millicore value, which
+  ``ceil(shares*1000/1024)`` recovers exactly. Shares of 2 or less mean no request.
+* **CPU limit** from quota/period, **memory limit** as is; hugepage limits are also the
+  requests (hugepages cannot be overcommitted). Kubernetes does not pass the memory request to
+  the runtime; only Guaranteed pods (request = limit) need it, for the Memory Manager.
+* **Devices** the container already has become NUMA hints, so CPUs and memory follow them.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+
+from nri_numa.engine.context import GPU_RESOURCE
+from nri_numa.engine.request import ContainerRequest, PodRequest, QosClass
+from nri_numa.runtime.container import DeviceNode, RuntimeContainer, RuntimePod
+from nri_numa.topology.model import Gpu, Topology
+
+MIN_SHARES = 2  # the kubelet's floor: what a container without a CPU request gets
+NVIDIA_MAJOR = 195  # /dev/nvidiaN; minors 254 and 255 are nvidia-modeset and nvidiactl
+NVIDIA_VISIBLE_DEVICES = "NVIDIA_VISIBLE_DEVICES"
+DEFAULT_NAMESPACE = "default"
+
+_POD_UID_LABEL = "io.kubernetes.pod.uid"
+_POD_NAME_LABEL = "io.kubernetes.pod.name"
+_POD_NAMESPACE_LABEL = "io.kubernetes.pod.namespace"
+
+_QOS_BY_WORD = {"": QosClass.GUARANTEED, "burstable": QosClass.BURSTABLE,
+                "besteffort": QosClass.BEST_EFFORT}
+# systemd driver: kubepods-pod<uid>.slice, kubepods-burstable-pod<uid>.slice, ... (the uid's
+# dashes become underscores in unit names).
+_SYSTEMD_POD = re.compile(r"kubepods(?:-(burstable|besteffort))?-pod[0-9A-Za-z_]+\.slice")
+_CGROUPFS_POD = re.compile(r"pod[0-9A-Za-z_-]+")
+_PCI_ADDRESS = re.compile(r"[0-9a-f]{4,8}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]")
+_NVIDIA_NODE = re.compile(r"/dev/nvidia(\d+)")
+
+
+def qos_from_cgroup_parent(parent: str) -> QosClass | None:
+    """The QoS class the kubelet encoded in a pod's cgroup parent; None outside Kubernetes.
+
+    cgroupfs: ``[/root]/kubepods[/burstable|/besteffort]/pod<uid>``; systemd: the last unit
+    ``kubepods[-burstable|-besteffort]-pod<uid>.slice``, alone or at the end of a slice path.
+    """
+    parts = [p for p in parent.strip().split("/") if p]
+    if not parts:
+        return None
+    if m := _SYSTEMD_POD.fullmatch(parts[-1]):
+        return _QOS_BY_WORD[m[1] or ""]
+    if not _CGROUPFS_POD.fullmatch(parts[-1]) or len(parts) < 2:
+        return None
+    if parts[-2] == "kubepods":
+        return QosClass.GUARANTEED
+    if parts[-2] in ("burstable", "besteffort") and len(parts) >= 3 and parts[-3] == "kubepods":
+        return _QOS_BY_WORD[parts[-2]]
+    return None
+
+
+def cpu_request_millicores(shares: int | None) -> int:
+    """The CPU request the kubelet turned into ``shares``; 0 for none (unset, or the floor)."""
+    if shares is None or shares <= MIN_SHARES:
+        return 0
+    return -(-shares * 1000 // 1024)
+
+
+def cpu_limit_millicores(quota: int | None, period: int | None) -> int:
+    """The CPU limit behind a CFS quota; 0 for no limit (unset or negative quota)."""
+    if quota is None or quota <= 0 or not period or period <= 0:
+        return 0
+    return -(-quota * 1000 // period)
+
+
+def _positive(value: int | None) -> int:
+    return value if value is not None and value > 0 else 0
+
+
+# --- devices -------------------------------------------------------------------------------
+
+
+class DeviceLocator:
+    """Finds the NUMA node of a container's devices through the topology model.
+
+    NVIDIA nodes (``/dev/nvidiaN``) have no sysfs entry: they are matched to the topology's
+    GPUs by minor. Other char and block devices are followed from ``/sys/dev/<kind>/MAJ:MIN``
+    to the nearest PCI function above them. ``NVIDIA_VISIBLE_DEVICES`` (UUIDs or NVML
+    indices) names GPUs the NVIDIA runtime hook adds after the runtime asked us. Results are
+    cached per device number: sysfs links do not change while a device exists.
+    """
+
+    def __init__(self, topology: Topology, sysfs_root: str | Path = "/") -> None:
+        self._topology = topology
+        self._root = Path(sysfs_root)
+        self._gpu_by_minor = {g.minor: g for g in topology.gpus if g.minor is not None}
+        self._gpu_by_uuid = {g.uuid: g for g in topology.gpus}
+        self._gpu_by_index = {str(g.index): g for g in topology.gpus}
+        self._pci_node: dict[tuple[str, int, int], int | None] = {}
+
+    def numa_hints(self, container: RuntimeContainer) -> dict[str, frozenset[int]]:
+        """Resource (``nvidia.com/gpu``, else the device path) → NUMA nodes of its devices."""
+        hints: dict[str, set[int]] = {}
+        for gpu in self._visible_gpus(container.env.get(NVIDIA_VISIBLE_DEVICES, "")):
+            _add(hints, GPU_RESOURCE, gpu.numa_node)
+        for device in container.devices:
+            gpu = self._nvidia_gpu(device)
+            if gpu is not None:
+                _add(hints, GPU_RESOURCE, gpu.numa_node)
+            else:
+                _add(hints, device.path, self._pci_numa_node(device))
+        return {name: frozenset(nodes) for name, nodes in hints.items() if nodes}
+
+    def _visible_gpus(self, value: str) -> Iterable[Gpu]:
+        # "all" spans every GPU, which says nothing about where to run; MIG ids are left to
+        # the later device work.
+        for item in (v.strip() for v in value.split(",")):
+            gpu = self._gpu_by_uuid.get(item) or self._gpu_by_index.get(item)
+            if gpu is not None:
+                yield gpu
+
+    def _nvidia_gpu(self, device: DeviceNode) -> Gpu | None:
+        if device.type not in ("c", "u") or device.major != NVIDIA_MAJOR:
+            return None
+        m = _NVIDIA_NODE.fullmatch(device.path)
+        return self._gpu_by_minor.get(device.minor) if m else None
+
+    def _pci_numa_node(self, device: DeviceNode) -> int | None:
+        if device.type not in ("c", "u", "b"):
+            return None
+        kind = "block" if device.type == "b" else "char"
+        key = (kind, device.major, device.minor)
+        if key not in self._pci_node:
+            self._pci_node[key] = self._read_pci_numa_node(kind, device.major, device.minor)
+        return self._pci_node[key]
+
+    def _read_pci_numa_node(self, kind: str, major: int, minor: int) -> int | None:
+        link = self._root / "sys" / "dev" / kind / f"{major}:{minor}"
+        try:
+            target = os.path.realpath(link, strict=True)
+        except OSError:
+            return None
+        for part in reversed(Path(target).parts):
+            if _PCI_ADDRESS.fullmatch(part):
+                pci = self._topology.pci(part)
+                return None if pci is None else pci.numa_node
+        return None
+
+
+def _add(hints: dict[str, set[int]], name: str, node: int | None) -> None:
+    if node is not None:
+        hints.setdefault(name, set()).add(node)
+
+
+# --- requests ------------------------------------------------------------------------------
+
+
+def pod_qos(pod: RuntimePod) -> QosClass | None:
+    """The pod's class when the kubelet made its cgroup parent; None to compute it."""
+    return qos_from_cgroup_parent(pod.cgroup_parent)
+
+
+def container_request(container: RuntimeContainer, qos: QosClass | None,
+                      device_hints: Mapping[str, frozenset[int]] | None = None,
+                      ) -> ContainerRequest:
+    """The engine's view of one container (always an app container: runtimes do not say which
+    containers are init containers; see docs/nri-plugin.md)."""
+    cpu_limit = cpu_limit_millicores(container.cpu_quota, container.cpu_period)
+    memory_limit = _positive(container.memory_limit)
+    if qos is None:
+        # Outside Kubernetes nobody encoded a request: a limit alone is the request too.
+        cpu_request = (cpu_request_millicores(container.cpu_shares)
+                       if container.cpu_shares is not None else cpu_limit)
+        memory_request = memory_limit
+    else:
+        cpu_request = cpu_request_millicores(container.cpu_shares)
+        memory_request = memory_limit if qos is QosClass.GUARANTEED else 0
+    if cpu_limit:
+        # A quota rounded up by the kubelet's 1 ms floor can sit just under the shares' value.
+        cpu_request = min(cpu_request, cpu_limit)
+    pages = dict(container.hugepage_limits)
+    return ContainerRequest(
+        name=container.name, cpu_request=cpu_request, cpu_limit=cpu_limit,
+        memory_request=memory_request, memory_limit=memory_limit,
+        hugepages_requests=pages, hugepages_limits=pages,
+        device_numa_hints=dict(device_hints or {}))
+
+
+def pod_identity(pod: RuntimePod) -> tuple[str, str, str]:
+    """(uid, namespace, name): the sandbox's own fields, else the kubelet's labels, else the
+    sandbox id (a pod outside Kubernetes is known by it)."""
+    uid = pod.uid or pod.labels.get(_POD_UID_LABEL, "") or pod.id
+    name = pod.name or pod.labels.get(_POD_NAME_LABEL, "") or pod.id
+    namespace = pod.namespace or pod.labels.get(_POD_NAMESPACE_LABEL, "") or DEFAULT_NAMESPACE
+    return uid, namespace, name
+
+
+def pod_request(pod: RuntimePod, containers: Sequence[ContainerRequest]) -> PodRequest:
+    """The pod with the containers known so far, in creation order; its annotations are the
+    overrides the engine checks."""
+    uid, namespace, name = pod_identity(pod)
+    return PodRequest(uid=uid, namespace=namespace, name=name,
+                      app_containers=tuple(containers), annotations=pod.annotations,
+                      qos_override=pod_qos(pod))

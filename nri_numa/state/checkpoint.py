@@ -1,0 +1,351 @@
+"""The plugin's state on disk: the ledger and the containers it placed, in ``--state-dir``.
+
+One file, ``checkpoint.json``: a small envelope (format, version, the machine's fingerprint and
+the sha256 of the payload's canonical JSON) around the payload. It is replaced atomically
+(temp file in the same folder, fsync, rename, fsync the folder) with mode 0600, so a kill -9 at
+any moment leaves either the old file or the new one, never a mix, and a failed write never
+touches the good file. A file that cannot be trusted — not JSON, truncated, checksum wrong,
+another format version, another machine — is renamed aside (``checkpoint.json.corrupt-<time>``)
+with a warning, and the caller rebuilds its state from the runtime (NRI Synchronize).
+
+The payload's second half, the plugin's records of pods and containers, is defined here too:
+what the plugin must remember across restarts besides the ledger.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import logging
+import os
+import tempfile
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
+
+from nri_numa.engine.request import ContainerRequest, RequestError
+from nri_numa.topology.cpulist import ListFormatError, format_list, parse_list
+from nri_numa.topology.model import Topology
+
+log = logging.getLogger(__name__)
+
+FORMAT = "nri-numa-checkpoint"
+CHECKPOINT_VERSION = 1
+FILE_NAME = "checkpoint.json"
+LOCK_NAME = "lock"
+_TEMP_PREFIX = FILE_NAME + ".tmp-"
+
+
+class CheckpointError(Exception):
+    """The state cannot be written (the good file is untouched) or the folder is in use."""
+
+
+def machine_fingerprint(topology: Topology) -> str:
+    """What a checkpoint's CPU and device ids mean on this machine: CPUs with their core,
+    socket and node, and GPUs by UUID. Free hugepages and warnings change while the machine is
+    the same, so they are left out."""
+    shape = {"cpus": [[c.id, c.numa, c.core, c.socket, c.online] for c in topology.cpus],
+             "nodes": [[n.id, format_list(n.cpus)] for n in topology.numa_nodes],
+             "gpus": sorted(g.uuid for g in topology.gpus)}
+    return hashlib.sha256(_canonical(shape)).hexdigest()
+
+
+def _canonical(value: Any) -> bytes:
+    return json.dumps(value, sort_keys=True, separators=(",", ":")).encode()
+
+
+class CheckpointStore:
+    """``state_dir/checkpoint.json`` for one machine."""
+
+    def __init__(self, state_dir: str | Path, machine: str,
+                 clock: Callable[[], float] = time.time) -> None:
+        self.dir = Path(state_dir)
+        self.path = self.dir / FILE_NAME
+        self.machine = machine
+        self._clock = clock
+        self._lock_fd: int | None = None
+
+    def lock(self) -> None:
+        """Hold ``state_dir/lock`` for this process's life: two agents on one ledger would
+        hand out the same CPUs."""
+        self._ensure_dir()
+        try:
+            fd = os.open(self.dir / LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o600)
+        except OSError as e:
+            raise CheckpointError(f"cannot open {self.dir / LOCK_NAME}: {e.strerror}") from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise CheckpointError(f"{self.dir} is in use by another nri-numa "
+                                  f"(it holds {self.dir / LOCK_NAME})") from None
+        self._lock_fd = fd
+
+    def unlock(self) -> None:
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)
+            self._lock_fd = None
+
+    def load(self) -> dict[str, Any] | None:
+        """The payload of a good checkpoint; None when there is none or it was set aside."""
+        self._remove_stale_temps()
+        try:
+            raw = self.path.read_bytes()
+        except FileNotFoundError:
+            return None
+        except OSError as e:
+            raise CheckpointError(f"cannot read {self.path}: {e.strerror}") from None
+        try:
+            return self._payload(raw)
+        except _Untrusted as e:
+            self.set_aside(str(e))
+            return None
+
+    def save(self, payload: Mapping[str, Any]) -> None:
+        """Replace the checkpoint with ``payload``; CheckpointError leaves the old file whole."""
+        try:
+            body = _canonical(payload)  # fails before anything touches the disk
+        except (TypeError, ValueError) as e:
+            raise CheckpointError(f"state cannot be written as JSON: {e}") from None
+        header = {"format": FORMAT, "version": CHECKPOINT_VERSION, "machine": self.machine,
+                  "sha256": hashlib.sha256(body).hexdigest()}
+        # The payload is encoded once: handlers wait for this write, and re-encoding (or
+        # indenting, which takes json's slow path) costs more than the rest of a decision.
+        data = _canonical(header)[:-1] + b',"payload":' + body + b"}\n"
+        self._ensure_dir()
+        try:
+            fd, temp = tempfile.mkstemp(dir=self.dir, prefix=_TEMP_PREFIX)  # mode 0600
+        except OSError as e:
+            raise CheckpointError(f"cannot write in {self.dir}: {e.strerror}") from None
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(temp, self.path)
+        except OSError as e:
+            _unlink_quietly(temp)
+            raise CheckpointError(f"cannot write {self.path}: {e.strerror}") from None
+        self._fsync_dir()
+
+    def set_aside(self, reason: str) -> Path | None:
+        """Rename the checkpoint out of the way (kept for a person to look at) and warn."""
+        stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(self._clock()))
+        target = self.path.with_name(f"{FILE_NAME}.corrupt-{stamp}")
+        n = 1
+        while target.exists():
+            n += 1
+            target = self.path.with_name(f"{FILE_NAME}.corrupt-{stamp}-{n}")
+        try:
+            os.replace(self.path, target)
+        except FileNotFoundError:
+            return None
+        except OSError as e:
+            raise CheckpointError(f"cannot set {self.path} aside: {e.strerror}") from None
+        log.warning("checkpoint %s set aside as %s: %s; the state will be rebuilt from the "
+                    "runtime", self.path, target.name, reason)
+        return target
+
+    def _payload(self, raw: bytes) -> dict[str, Any]:
+        try:
+            envelope = json.loads(raw)
+        except (UnicodeDecodeError, json.JSONDecodeError) as e:
+            raise _Untrusted(f"not JSON (truncated or garbled?): {e}") from None
+        if not isinstance(envelope, dict) or envelope.get("format") != FORMAT:
+            raise _Untrusted(f"not an nri-numa checkpoint (format {FORMAT!r} missing)")
+        if envelope.get("version") != CHECKPOINT_VERSION:
+            raise _Untrusted(f"checkpoint version {envelope.get('version')!r}; this nri-numa "
+                             f"reads version {CHECKPOINT_VERSION}")
+        if envelope.get("machine") != self.machine:
+            raise _Untrusted("written on another machine (or before its CPUs changed)")
+        payload = envelope.get("payload")
+        if not isinstance(payload, dict):
+            raise _Untrusted("payload missing")
+        if hashlib.sha256(_canonical(payload)).hexdigest() != envelope.get("sha256"):
+            raise _Untrusted("checksum mismatch")
+        return payload
+
+    def _ensure_dir(self) -> None:
+        try:
+            self.dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        except OSError as e:
+            raise CheckpointError(f"cannot create state folder {self.dir}: {e.strerror}") from None
+
+    def _fsync_dir(self) -> None:
+        # Without it the rename itself may not survive a power cut. The new file is already
+        # in place, so a failure here is only a warning.
+        try:
+            fd = os.open(self.dir, os.O_RDONLY | os.O_DIRECTORY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        except OSError as e:
+            log.warning("cannot sync folder %s after writing the checkpoint: %s", self.dir,
+                        e.strerror)
+
+    def _remove_stale_temps(self) -> None:
+        # Left by a kill between mkstemp and rename; never the live file.
+        if self.dir.is_dir():
+            for temp in self.dir.glob(_TEMP_PREFIX + "*"):
+                _unlink_quietly(temp)
+
+
+class _Untrusted(Exception):
+    """A checkpoint file that must be set aside; the message says why."""
+
+
+def _unlink_quietly(path: str | Path) -> None:
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
+
+
+# --- what the plugin remembers besides the ledger ----------------------------------------
+
+
+# Every decision writes every record, and most records carry the same shared pool (one
+# frozenset, whose hash Python keeps): formatting it once per pool, not once per record, was
+# most of the cost of a checkpoint write on large machines.
+_cpu_list = lru_cache(maxsize=256)(format_list)
+
+
+class RecordError(ValueError):
+    """A record in a checkpoint payload that cannot be read; the message names it."""
+
+
+@dataclass(frozen=True)
+class PodRecord:
+    """A pod the plugin placed containers of: what the engine's request needs of it."""
+
+    sandbox_id: str
+    uid: str
+    namespace: str
+    name: str
+    cgroup_parent: str = ""  # tells the QoS class under the kubelet
+    annotations: Mapping[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "annotations", MappingProxyType(dict(self.annotations)))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"sandbox_id": self.sandbox_id, "uid": self.uid, "namespace": self.namespace,
+                "name": self.name, "cgroup_parent": self.cgroup_parent,
+                "annotations": dict(self.annotations)}
+
+    @classmethod
+    def from_dict(cls, raw: Any, where: str) -> PodRecord:
+        d = _obj(raw, where)
+        return cls(_str(d, "sandbox_id", where), _str(d, "uid", where),
+                   _str(d, "namespace", where), _str(d, "name", where),
+                   _str(d, "cgroup_parent", where),
+                   _str_map(d.get("annotations", {}), f"{where}.annotations"))
+
+
+@dataclass(frozen=True)
+class ContainerRecord:
+    """A container the plugin manages: the engine's request for it, and the cpuset it was last
+    given (its exclusive CPUs, or the shared pool). ``in_ledger`` is False for a running
+    container that did not fit when adopted: it only follows the shared pool."""
+
+    id: str
+    sandbox_id: str
+    pod_uid: str
+    request: ContainerRequest
+    cpus: frozenset[int]
+    exclusive: bool
+    mems: frozenset[int] | None = None
+    in_ledger: bool = True
+
+    @property
+    def name(self) -> str:
+        return self.request.name
+
+    def to_dict(self) -> dict[str, Any]:
+        r = self.request
+        return {"id": self.id, "sandbox_id": self.sandbox_id, "pod_uid": self.pod_uid,
+                "cpus": _cpu_list(self.cpus), "exclusive": self.exclusive,
+                "mems": None if self.mems is None else _cpu_list(self.mems),
+                "in_ledger": self.in_ledger,
+                "request": {"name": r.name, "cpu_request": r.cpu_request,
+                            "cpu_limit": r.cpu_limit, "memory_request": r.memory_request,
+                            "memory_limit": r.memory_limit,
+                            "hugepages": {str(k): v for k, v in r.hugepages_limits.items()},
+                            "device_numa_hints": {k: sorted(v) for k, v in
+                                                  r.device_numa_hints.items()}}}
+
+    @classmethod
+    def from_dict(cls, raw: Any, where: str) -> ContainerRecord:
+        d = _obj(raw, where)
+        r = _obj(d.get("request"), f"{where}.request")
+        try:
+            pages = {int(k): v for k, v in _obj(r.get("hugepages", {}),
+                                                f"{where}.request.hugepages").items()}
+            request = ContainerRequest(
+                name=r.get("name"), cpu_request=r.get("cpu_request"), cpu_limit=r.get("cpu_limit"),
+                memory_request=r.get("memory_request"), memory_limit=r.get("memory_limit"),
+                hugepages_requests=pages, hugepages_limits=pages,
+                device_numa_hints=_obj(r.get("device_numa_hints", {}),
+                                       f"{where}.request.device_numa_hints"))
+            mems = d.get("mems")
+            return cls(_str(d, "id", where), _str(d, "sandbox_id", where),
+                       _str(d, "pod_uid", where), request, parse_list(_str(d, "cpus", where)),
+                       _bool(d, "exclusive", where),
+                       None if mems is None else parse_list(_str(d, "mems", where)),
+                       _bool(d, "in_ledger", where))
+        except RecordError:
+            raise
+        except (RequestError, ListFormatError, ValueError, TypeError) as e:
+            raise RecordError(f"{where}: {e}") from None
+
+
+def records_to_dict(pods: Mapping[str, PodRecord],
+                    containers: Mapping[str, ContainerRecord]) -> dict[str, Any]:
+    """Pods by sandbox id, containers by id; lists keep the containers' creation order."""
+    return {"pods": [p.to_dict() for p in pods.values()],
+            "containers": [c.to_dict() for c in containers.values()]}
+
+
+def records_from_dict(raw: Any) -> tuple[dict[str, PodRecord], dict[str, ContainerRecord]]:
+    d = _obj(raw, "records")
+    pods = [PodRecord.from_dict(p, f"pods[{i}]") for i, p in enumerate(_list(d, "pods"))]
+    containers = [ContainerRecord.from_dict(c, f"containers[{i}]")
+                  for i, c in enumerate(_list(d, "containers"))]
+    return {p.sandbox_id: p for p in pods}, {c.id: c for c in containers}
+
+
+def _obj(value: Any, where: str) -> dict:
+    if not isinstance(value, dict):
+        raise RecordError(f"{where} must be an object, not {type(value).__name__}")
+    return value
+
+
+def _list(d: dict, key: str) -> list:
+    if not isinstance(d.get(key), list):
+        raise RecordError(f"{key} must be a list")
+    return d[key]
+
+
+def _str(d: dict, key: str, where: str) -> str:
+    if not isinstance(d.get(key), str):
+        raise RecordError(f"{where}.{key} must be a string, not {d.get(key)!r}")
+    return d[key]
+
+
+def _bool(d: dict, key: str, where: str) -> bool:
+    if not isinstance(d.get(key), bool):
+        raise RecordError(f"{where}.{key} must be true or false, not {d.get(key)!r}")
+    return d[key]
+
+
+def _str_map(value: Any, where: str) -> dict[str, str]:
+    m = _obj(value, where)
+    if not all(isinstance(k, str) and isinstance(v, str) for k, v in m.items()):
+        raise RecordError(f"{where} must map strings to strings")
+    return m

@@ -1,0 +1,68 @@
+"""What the plugin tests share: a small two-node machine, the plugin on it, and readers for
+its replies."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from nri_numa.engine.config import config_from_mapping
+from nri_numa.nri.pb import api_pb2 as api
+from nri_numa.nri.plugin import NumaPlugin
+from nri_numa.state.checkpoint import CheckpointStore, machine_fingerprint
+from nri_numa.topology.model import Cpu, Gpu, NumaNode, PciDevice, Topology
+from tests import nri_messages as msg
+from tests.tmpfs import fast_tmp
+
+GIB = 1 << 30
+CONFIG = {"cpuManagerPolicy": "static", "reservedSystemCPUs": "0",
+          "topologyManagerPolicy": "single-numa-node"}
+ALL = "0-7"
+
+
+GPU_ON_NODE_1 = "GPU-6c1e0d1f-node1"
+
+
+def machine() -> Topology:
+    """Two sockets, one NUMA node each, four single-thread cores per node: CPUs 0-3 and 4-7;
+    one GPU (/dev/nvidia0) on node 1."""
+    cpus = tuple(Cpu(id=i, numa=i // 4, core=i, socket=i // 4, l3=i // 4 * 4) for i in range(8))
+    nodes = tuple(NumaNode(id=n, cpus=frozenset(range(4 * n, 4 * n + 4)), memory_bytes=64 * GIB,
+                           distances={0: 10 if n == 0 else 21, 1: 21 if n == 0 else 10})
+                  for n in range(2))
+    gpu_pci = PciDevice(address="0000:81:00.0", numa_node=1, class_code=0x030200,
+                        vendor=0x10DE, device=0x2330)
+    gpu = Gpu(index=0, uuid=GPU_ON_NODE_1, pci_address=gpu_pci.address, numa_node=1, minor=0)
+    return Topology(cpus=cpus, numa_nodes=nodes, pci_devices=(gpu_pci,), gpus=(gpu,))
+
+
+@pytest.fixture
+def state_dir(tmp_path: Path):
+    with fast_tmp(tmp_path) as base:
+        yield base / "state"
+
+
+class Sent:
+    """Collects what the plugin hands the daemon to send after a handler."""
+
+    def __init__(self) -> None:
+        self.batches: list[list[api.ContainerUpdate]] = []
+
+    def __call__(self, updates: list[api.ContainerUpdate]) -> None:
+        self.batches.append(updates)
+
+
+def new_plugin(state_dir: Path | None = None, sent: Sent | None = None, **config) -> NumaPlugin:
+    topology = machine()
+    store = None if state_dir is None else CheckpointStore(state_dir, machine_fingerprint(topology))
+    return NumaPlugin(topology, config_from_mapping({**CONFIG, **config}), store,
+                      send_updates=sent)
+
+
+def cpusets(updates) -> dict[str, str]:
+    return {u.container_id: u.linux.resources.cpu.cpus for u in updates}
+
+
+def create(plugin: NumaPlugin, sandbox: api.PodSandbox, c: api.Container):
+    return plugin.create_container(msg.create(sandbox, c))

@@ -1,0 +1,236 @@
+"""The checkpoint file: atomic replacement, mode 0600, checksums, and every kind of bad file set
+aside (never trusted, never lost) — including a writer killed with SIGKILL at random moments."""
+
+from __future__ import annotations
+
+import json
+import logging
+import signal
+import stat
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from nri_numa.engine.request import ContainerRequest
+from nri_numa.state import checkpoint as cp
+from nri_numa.state.checkpoint import (CheckpointError, CheckpointStore, ContainerRecord,
+                                       PodRecord, RecordError, machine_fingerprint,
+                                       records_from_dict, records_to_dict)
+from nri_numa.topology.model import Cpu, HugePages, NumaNode, Topology
+from tests.tmpfs import fast_tmp
+
+MACHINE = "m" * 64
+PAYLOAD = {"ledger": {"version": 1, "allocations": {"shared": "0-3"}}, "records": {"n": [1, 2]}}
+
+
+@pytest.fixture
+def state_dir(tmp_path: Path):
+    with fast_tmp(tmp_path) as base:
+        yield base / "state"
+
+
+def _store(state_dir: Path, machine: str = MACHINE) -> CheckpointStore:
+    # A fixed clock: set-aside names are predictable.
+    return CheckpointStore(state_dir, machine, clock=lambda: 1_700_000_000.0)
+
+
+def _aside(state_dir: Path) -> list[Path]:
+    return sorted(state_dir.glob(cp.FILE_NAME + ".corrupt-*"))
+
+
+def test_round_trip_and_permissions(state_dir):
+    store = _store(state_dir)
+    assert store.load() is None  # nothing yet, and no folder: not an error
+    store.save(PAYLOAD)
+    assert store.load() == PAYLOAD
+    assert stat.S_IMODE(store.path.stat().st_mode) == 0o600
+    assert stat.S_IMODE(state_dir.stat().st_mode) == 0o700
+    envelope = json.loads(store.path.read_text())
+    assert envelope["format"] == cp.FORMAT and envelope["version"] == cp.CHECKPOINT_VERSION
+    assert envelope["machine"] == MACHINE and len(envelope["sha256"]) == 64
+
+
+def test_a_new_save_replaces_the_old_one_and_leaves_no_temp_files(state_dir):
+    store = _store(state_dir)
+    store.save(PAYLOAD)
+    store.save({"ledger": None, "records": {"n": [3]}})
+    assert store.load() == {"ledger": None, "records": {"n": [3]}}
+    assert [p.name for p in state_dir.iterdir()] == [cp.FILE_NAME]
+
+
+def test_a_failed_write_keeps_the_good_file(state_dir, monkeypatch):
+    store = _store(state_dir)
+    store.save(PAYLOAD)
+    before = store.path.read_bytes()
+
+    def disk_full(fd):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(cp.os, "fsync", disk_full)
+    with pytest.raises(CheckpointError, match="No space left on device"):
+        store.save({"ledger": "new"})
+    monkeypatch.undo()
+    assert store.path.read_bytes() == before
+    assert [p.name for p in state_dir.iterdir()] == [cp.FILE_NAME]
+    assert store.load() == PAYLOAD
+
+
+def test_a_payload_that_is_not_json_touches_nothing(state_dir):
+    store = _store(state_dir)
+    store.save(PAYLOAD)
+    with pytest.raises(CheckpointError, match="JSON"):
+        store.save({"ledger": {1, 2}})
+    assert store.load() == PAYLOAD
+
+
+def test_a_temp_file_left_by_a_kill_is_ignored_and_removed(state_dir):
+    store = _store(state_dir)
+    store.save(PAYLOAD)
+    leftover = state_dir / (cp.FILE_NAME + ".tmp-abc123")
+    leftover.write_text('{"format": "nri-numa-checkpoint", "vers')  # killed mid-write
+    assert store.load() == PAYLOAD
+    assert not leftover.exists()
+    assert _aside(state_dir) == []
+
+
+@pytest.mark.parametrize("damage, reason", [
+    (lambda raw: raw[: len(raw) // 2], "not JSON"),
+    (lambda raw: b"", "not JSON"),
+    (lambda raw: b"\xff\xfe garbage", "not JSON"),
+    (lambda raw: raw.replace(b'"0-3"', b'"0-7"'), "checksum mismatch"),
+    (lambda raw: raw.replace(b'"version":1', b'"version":2'), "version 2"),
+    (lambda raw: raw.replace(MACHINE.encode(), b"x" * 64), "another machine"),
+    (lambda raw: b'{"some": "other file"}', "not an nri-numa checkpoint"),
+    (lambda raw: b"[1, 2, 3]", "not an nri-numa checkpoint"),
+])
+def test_a_bad_file_is_set_aside_with_a_warning(state_dir, caplog, damage, reason):
+    store = _store(state_dir)
+    store.save(PAYLOAD)
+    bad = damage(store.path.read_bytes())
+    store.path.write_bytes(bad)
+    with caplog.at_level(logging.WARNING, logger=cp.__name__):
+        assert store.load() is None
+    assert not store.path.exists()
+    [aside] = _aside(state_dir)
+    assert aside.name == f"{cp.FILE_NAME}.corrupt-20231114T221320Z"
+    assert aside.read_bytes() == bad  # kept for a person to look at
+    assert reason in caplog.text and aside.name in caplog.text
+    store.save(PAYLOAD)  # and the next write starts afresh
+    assert store.load() == PAYLOAD
+
+
+def test_set_aside_never_overwrites_an_earlier_one(state_dir):
+    store = _store(state_dir)
+    for _ in range(3):
+        store.path.parent.mkdir(parents=True, exist_ok=True)
+        store.path.write_text("garbage")
+        assert store.load() is None
+    assert [p.name.rsplit("Z", 1)[1] for p in _aside(state_dir)] == ["", "-2", "-3"]
+
+
+def test_the_lock_keeps_a_second_agent_out(state_dir):
+    first, second = _store(state_dir), _store(state_dir)
+    first.lock()
+    with pytest.raises(CheckpointError, match="in use by another nri-numa"):
+        second.lock()
+    first.unlock()
+    second.lock()
+    second.unlock()
+
+
+_WRITER = """
+import sys
+from nri_numa.state.checkpoint import CheckpointStore
+store = CheckpointStore(sys.argv[1], sys.argv[2])
+n = 0
+while True:
+    n += 1
+    store.save({"n": n, "filler": "x" * (n % 5000)})
+"""
+
+
+def test_a_writer_killed_at_any_moment_leaves_a_good_checkpoint(state_dir):
+    """SIGKILL a process that saves in a loop, at several moments: what is on disk is always
+    a complete checkpoint from one of its saves."""
+    repo = Path(__file__).resolve().parents[3]
+    seen: list[int] = []
+    for delay in (0.05, 0.11, 0.17, 0.23):
+        writer = subprocess.Popen([sys.executable, "-c", _WRITER, str(state_dir), MACHINE],
+                                  cwd=repo)
+        deadline = time.monotonic() + 10
+        while not (state_dir / cp.FILE_NAME).exists() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        time.sleep(delay)
+        writer.send_signal(signal.SIGKILL)
+        writer.wait()
+        payload = _store(state_dir).load()
+        assert payload is not None and payload["filler"] == "x" * (payload["n"] % 5000)
+        assert _aside(state_dir) == []
+        assert [p.name for p in state_dir.iterdir()] == [cp.FILE_NAME]
+        seen.append(payload["n"])
+    assert min(seen) >= 1
+
+
+# --- machine fingerprint ---------------------------------------------------------------------
+
+
+def _topology(online3: bool = True, free_pages: int = 10) -> Topology:
+    cpus = tuple(Cpu(id=i, numa=i // 2, core=i, socket=0, online=i != 3 or online3)
+                 for i in range(4))
+    nodes = tuple(NumaNode(id=n, cpus=frozenset(c.id for c in cpus if c.numa == n and c.online),
+                           memory_bytes=1 << 30, hugepages={2048: HugePages(10, free_pages)})
+                  for n in range(2))
+    return Topology(cpus=cpus, numa_nodes=nodes)
+
+
+def test_fingerprint_follows_the_cpus_not_the_free_memory():
+    assert machine_fingerprint(_topology()) == machine_fingerprint(_topology(free_pages=3))
+    assert machine_fingerprint(_topology()) != machine_fingerprint(_topology(online3=False))
+
+
+# --- records --------------------------------------------------------------------------------
+
+
+def _records():
+    pods = {"sb1": PodRecord("sb1", "uid-1", "shop", "web", "/kubepods/pod-uid-1",
+                             {"numa.nri.io/topology-scope": "pod"})}
+    request = ContainerRequest("app", cpu_request=2000, cpu_limit=2000, memory_request=1 << 30,
+                               memory_limit=1 << 30, hugepages_requests={2048: 1 << 21},
+                               hugepages_limits={2048: 1 << 21},
+                               device_numa_hints={"nvidia.com/gpu": {1}})
+    containers = {
+        "c1": ContainerRecord("c1", "sb1", "uid-1", request, frozenset({4, 5}), True,
+                              frozenset({1})),
+        "c2": ContainerRecord("c2", "sb1", "uid-1", ContainerRequest("side"),
+                              frozenset({0, 1, 2, 3}), False, None, in_ledger=False),
+    }
+    return pods, containers
+
+
+def test_records_round_trip_in_order():
+    pods, containers = _records()
+    data = json.loads(json.dumps(records_to_dict(pods, containers)))
+    assert records_from_dict(data) == (pods, containers)
+    assert list(records_from_dict(data)[1]) == ["c1", "c2"]
+
+
+@pytest.mark.parametrize("path, value, message", [
+    (("containers", 0, "cpus"), "0-", "containers\\[0\\]: bad element"),
+    (("containers", 0, "exclusive"), "yes", "containers\\[0\\].exclusive must be true or false"),
+    (("containers", 1, "request", "cpu_request"), -1, "containers\\[1\\]: .*cpu_request"),
+    (("containers", 0, "request", "hugepages"), {"2M": 1}, "containers\\[0\\]"),
+    (("pods", 0, "uid"), None, "pods\\[0\\].uid must be a string"),
+    (("pods", 0, "annotations"), {"a": 1}, "pods\\[0\\].annotations"),
+    (("pods",), {}, "pods must be a list"),
+])
+def test_bad_records_are_named(path, value, message):
+    data = json.loads(json.dumps(records_to_dict(*_records())))
+    target = data
+    for key in path[:-1]:
+        target = target[key]
+    target[path[-1]] = value
+    with pytest.raises(RecordError, match=message):
+        records_from_dict(data)
