@@ -192,6 +192,55 @@ def _add_run_parser(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=cmd_run)
 
 
+# --- nri-numa hook: the OCI hook (runc, crun, podman, CRI-O) ----------------------------
+
+
+def cmd_hook(args: argparse.Namespace) -> int:
+    from nri_numa.hook.entry import HookOptions, run
+
+    given = {"state_dir": args.state_dir and Path(args.state_dir),
+             "config_file": args.config and Path(args.config),
+             "topology_file": args.topology and Path(args.topology),
+             "log_file": args.log_file and Path(args.log_file),
+             "timeout": args.timeout,
+             "cgroup_root": args.cgroup_root and Path(args.cgroup_root),
+             "proc_root": args.proc_root and Path(args.proc_root)}
+    try:
+        options = HookOptions(args.stage, **{k: v for k, v in given.items() if v is not None})
+    except ValueError as e:
+        raise CliError(str(e)) from None
+    return run(options, sys.stdin.buffer, sys.stdout, sys.stderr)
+
+
+def _add_hook_parser(sub: argparse._SubParsersAction) -> None:
+    # Defaults live in nri_numa.hook.entry.HookOptions, loaded only when a hook runs; the help
+    # texts repeat them and a test keeps the two in step.
+    p = sub.add_parser("hook", help="run as an OCI hook (runc/crun config.json, podman and "
+                                    "CRI-O hooks.d)",
+                       description="Run by the container runtime at a hook stage. "
+                                   "createRuntime (or its alias prestart): read the OCI state on "
+                                   "stdin, place the container and write its cgroup's cpuset. "
+                                   "poststop: release it. precreate (podman): read the spec on "
+                                   "stdin and print it with the placement in it. Exits 1 with "
+                                   "one line on stderr when it refuses or fails (docs/oci-hook.md).")
+    p.add_argument("stage", choices=("createRuntime", "prestart", "poststop", "precreate"))
+    p.add_argument("--state-dir", metavar="DIR",
+                   help="the ledger all hook processes share (default /run/nri-numa)")
+    p.add_argument("--config", metavar="FILE",
+                   help="KubeletConfiguration keys in YAML or JSON (default: every policy none)")
+    p.add_argument("--topology", metavar="FILE",
+                   help="a topology captured with `nri-numa topology --json` (default: discover "
+                        "once and keep it in the state folder)")
+    p.add_argument("--log-file", metavar="FILE",
+                   help="where each run is logged (default <state-dir>/hook.log)")
+    p.add_argument("--timeout", type=float, metavar="SECONDS",
+                   help="give up (and fail) after this long; keep it below the runtime's hook "
+                        "timeout (default 4)")
+    p.add_argument("--cgroup-root", metavar="DIR", help=argparse.SUPPRESS)  # tests: fake trees
+    p.add_argument("--proc-root", metavar="DIR", help=argparse.SUPPRESS)
+    p.set_defaults(func=cmd_hook)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="nri-numa",
@@ -237,6 +286,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_explain)
 
     _add_run_parser(sub)
+    _add_hook_parser(sub)
 
     p = sub.add_parser("presets", help="list the synthetic machines")
     p.set_defaults(func=cmd_presets)

@@ -39,6 +39,9 @@ CHECKPOINT_VERSION = 1
 FILE_NAME = "checkpoint.json"
 LOCK_NAME = "lock"
 _TEMP_PREFIX = FILE_NAME + ".tmp-"
+# Waiting for the lock: flock cannot time out, so poll, 1 ms first, doubling up to 20 ms.
+_LOCK_FIRST_WAIT = 0.001
+_LOCK_LAST_WAIT = 0.02
 
 
 class CheckpointError(Exception):
@@ -70,20 +73,31 @@ class CheckpointStore:
         self._clock = clock
         self._lock_fd: int | None = None
 
-    def lock(self) -> None:
-        """Hold ``state_dir/lock`` for this process's life: two agents on one ledger would
-        hand out the same CPUs."""
+    def lock(self, timeout: float | None = None) -> None:
+        """Hold ``state_dir/lock`` until ``unlock``: two agents on one ledger would hand out
+        the same CPUs. Without a timeout a held lock fails at once (one plugin per folder);
+        with one, wait up to that many seconds for it (short-lived hook processes take turns).
+        The lock is a file of its own, never replaced, so it outlives every checkpoint."""
         self._ensure_dir()
         try:
             fd = os.open(self.dir / LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o600)
         except OSError as e:
             raise CheckpointError(f"cannot open {self.dir / LOCK_NAME}: {e.strerror}") from None
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(fd)
-            raise CheckpointError(f"{self.dir} is in use by another nri-numa "
-                                  f"(it holds {self.dir / LOCK_NAME})") from None
+        deadline = None if timeout is None else time.monotonic() + timeout
+        delay = _LOCK_FIRST_WAIT
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                left = 0.0 if deadline is None else deadline - time.monotonic()
+                if left <= 0:
+                    os.close(fd)
+                    waited = "" if timeout is None else f" (waited {timeout:g} s)"
+                    raise CheckpointError(f"{self.dir} is in use by another nri-numa{waited}; "
+                                          f"it holds {self.dir / LOCK_NAME}") from None
+                time.sleep(min(delay, left))
+                delay = min(delay * 2, _LOCK_LAST_WAIT)
         self._lock_fd = fd
 
     def unlock(self) -> None:

@@ -1,0 +1,206 @@
+"""A container's cpuset cgroup, found through its process and written safely.
+
+The cgroup comes from ``/proc/PID/cgroup`` of the container's init, never from the spec's
+``cgroupsPath``: that one rule covers cgroupfs paths, podman's ``/libpod_parent/libpod-<id>`` and
+the systemd driver's ``<slice>/<prefix>-<name>.scope`` (docs/oci-hooks.md §1). cgroup v1 gives
+a ``N:cpuset:/path`` line (the hierarchy is mounted at ``<root>/<controllers>``); pure v2 gives
+``0::/path`` under ``<root>``. In a hybrid layout cpuset is in v1, so the v1 line wins.
+
+Safety: the path must be absolute and plain (no ``.``/``..``, NUL or newline), not the root
+cgroup, not the hook's own cgroup or one of its ancestors (that is the runtime's, not the
+container's), and once resolved it must still lie inside the hierarchy. Files are opened
+without following symlinks and never created. After writing, the values are read back, the
+effective ones included: cgroup v2 accepts CPUs the parent lacks and only narrows the
+effective set, so a write that "worked" can still leave the container elsewhere.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import re
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+from nri_numa.topology.cpulist import ListFormatError, format_list, parse_list
+
+DEFAULT_CGROUP_ROOT = Path("/sys/fs/cgroup")
+DEFAULT_PROC = Path("/proc")
+_CONTROLLERS = re.compile(r"[a-z0-9_,=]+")  # a v1 hierarchy's folder name: "cpuset", "cpu,cpuacct"
+_WRITE_FLAGS = os.O_WRONLY | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+class CgroupError(Exception):
+    """A cgroup that cannot be found, is unsafe to touch, or did not take a value."""
+
+
+class ProcessGone(CgroupError):
+    """The process whose cgroup was asked for has exited."""
+
+
+@dataclass(frozen=True)
+class CgroupFs:
+    """Where the cgroup hierarchies and /proc are: the host's, or fake trees in tests."""
+
+    root: Path = DEFAULT_CGROUP_ROOT
+    proc: Path = DEFAULT_PROC
+
+
+@dataclass(frozen=True)
+class ContainerCgroup:
+    version: int  # 1 or 2
+    hierarchy: Path  # the mount holding cpuset: <root>/cpuset (v1) or <root> (v2)
+    path: str  # as /proc/PID/cgroup names it: "/libpod_parent/libpod-<id>"
+
+    @property
+    def dir(self) -> Path:
+        return self.hierarchy / self.path.lstrip("/")
+
+    @property
+    def effective_names(self) -> tuple[str, str]:
+        """(effective CPUs, effective memory nodes) file names in this cgroup version."""
+        if self.version == 1:
+            return "cpuset.effective_cpus", "cpuset.effective_mems"
+        return "cpuset.cpus.effective", "cpuset.mems.effective"
+
+
+def locate(fs: CgroupFs, pid: int) -> ContainerCgroup:
+    """The cpuset cgroup of process ``pid``, checked as the module says."""
+    if pid <= 1:
+        raise CgroupError(f"pid {pid} is not a container's process")
+    lines = _cgroup_lines(fs, str(pid))
+    found = _cpuset_entry(fs, lines)
+    if found is None:
+        raise CgroupError(f"process {pid} is in no cpuset cgroup (/proc/{pid}/cgroup has no "
+                          "cpuset line, and there is no cgroup v2 tree with cpuset)")
+    version, hierarchy, raw = found
+    path = checked_path(raw)
+    own = _own_entry(fs)
+    if own is not None and own[1] == hierarchy:
+        own_path = own[2].rstrip("/") or "/"
+        if own_path == path or own_path.startswith(path + "/"):
+            raise CgroupError(f"cgroup {path} of process {pid} is the hook's own cgroup or one "
+                              "of its ancestors, not a container's: refusing to touch it")
+    cgroup = ContainerCgroup(version, hierarchy, path)
+    _check_inside(cgroup)
+    return cgroup
+
+
+def checked_path(raw: str) -> str:
+    """A cgroup path safe to join under a hierarchy; CgroupError otherwise."""
+    if not raw.startswith("/") or "\x00" in raw or "\n" in raw:
+        raise CgroupError(f"cgroup path {raw!r} is not an absolute path")
+    parts = [p for p in raw.split("/") if p]
+    if any(p in (".", "..") for p in parts):
+        raise CgroupError(f"cgroup path {raw!r} has a '.' or '..' component: refusing it")
+    if not parts:
+        raise CgroupError("the process is in the root cgroup: that is not a container's own "
+                          "cgroup, refusing to change it")
+    return "/" + "/".join(parts)
+
+
+def write_cpuset(cgroup: ContainerCgroup, cpus: frozenset[int],
+                 mems: frozenset[int] | None) -> None:
+    """Write ``cpuset.mems`` (unless None) then ``cpuset.cpus``, read what was written back with
+    its effective value, and raise CgroupError unless they are exactly what was written. The
+    cgroup was checked when ``locate`` found it."""
+    if not cpus:
+        raise CgroupError(f"refusing to give cgroup {cgroup.path} an empty CPU set")
+    effective_cpus, effective_mems = cgroup.effective_names
+    wanted = []
+    if mems is not None:
+        _write(cgroup.dir / "cpuset.mems", format_list(mems))
+        wanted += [("cpuset.mems", mems, "cpuset.mems"),
+                   ("effective memory nodes", mems, effective_mems)]
+    _write(cgroup.dir / "cpuset.cpus", format_list(cpus))
+    wanted += [("cpuset.cpus", cpus, "cpuset.cpus"), ("effective CPUs", cpus, effective_cpus)]
+    for what, asked, name in wanted:
+        have = _read_list(cgroup.dir / name)
+        if asked != have:
+            raise CgroupError(f"cgroup {cgroup.path}: wrote {format_list(asked) or 'nothing'} but "
+                              f"its {what} are {format_list(have) or 'empty'} (does the parent "
+                              "cgroup's cpuset hold them?)")
+
+
+def _cgroup_lines(fs: CgroupFs, pid: str) -> list[tuple[str, str]]:
+    """(controllers, path) per line of /proc/PID/cgroup."""
+    path = fs.proc / pid / "cgroup"
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        if pid == "self":
+            return []
+        raise ProcessGone(f"process {pid} is gone ({path} does not exist)") from None
+    except OSError as e:
+        raise CgroupError(f"cannot read {path}: {e.strerror}") from None
+    lines = []
+    for line in text.splitlines():
+        _, sep, rest = line.partition(":")
+        controllers, sep2, cgroup_path = rest.partition(":")
+        if sep and sep2:
+            lines.append((controllers, cgroup_path))
+    return lines
+
+
+@lru_cache(maxsize=4)
+def _own_entry(fs: CgroupFs) -> tuple[int, Path, str] | None:
+    """The hook's own cpuset cgroup: read once, it does not change while the hook runs."""
+    return _cpuset_entry(fs, _cgroup_lines(fs, "self"))
+
+
+def _cpuset_entry(fs: CgroupFs, lines: list[tuple[str, str]]) -> tuple[int, Path, str] | None:
+    for controllers, path in lines:
+        if "cpuset" in controllers.split(","):
+            if not _CONTROLLERS.fullmatch(controllers):
+                raise CgroupError(f"odd cgroup v1 controller list {controllers!r}")
+            return 1, fs.root / controllers, path
+    if (fs.root / "cgroup.controllers").is_file():
+        for controllers, path in lines:
+            if controllers == "":
+                return 2, fs.root, path
+    return None
+
+
+def _check_inside(cgroup: ContainerCgroup) -> None:
+    """The cgroup folder exists and, symlinks resolved, is below its hierarchy's mount."""
+    top = os.path.realpath(cgroup.hierarchy)
+    real = os.path.realpath(cgroup.dir)
+    if not real.startswith(top.rstrip("/") + "/"):
+        raise CgroupError(f"cgroup {cgroup.path} resolves to {real}, outside {top}: refusing it")
+    if not os.path.isdir(real):
+        raise CgroupError(f"cgroup {cgroup.path} does not exist under {cgroup.hierarchy}")
+    if not os.path.exists(cgroup.dir / "cpuset.cpus"):
+        raise CgroupError(f"cgroup {cgroup.path} has no cpuset.cpus: the cpuset controller is "
+                          "not enabled for it (cgroup v2: the parent's cgroup.subtree_control "
+                          "lacks cpuset)")
+
+
+def _write(path: Path, text: str) -> None:
+    # os.write, not a buffered file: the kernel's ERANGE/EINVAL then arrives here and not in a
+    # close() that a file object's destructor would swallow (docs/oci-hooks.md §1).
+    try:
+        fd = os.open(path, _WRITE_FLAGS)
+    except OSError as e:
+        raise CgroupError(f"cannot open {path}: {_why(e)}") from None
+    try:
+        os.write(fd, text.encode())
+    except OSError as e:
+        raise CgroupError(f"writing {text!r} to {path} failed: {_why(e)}") from None
+    finally:
+        os.close(fd)
+
+
+def _read_list(path: Path) -> frozenset[int]:
+    try:
+        return parse_list(path.read_text())
+    except OSError as e:
+        raise CgroupError(f"cannot read {path}: {_why(e)}") from None
+    except ListFormatError as e:
+        raise CgroupError(f"{path}: {e}") from None
+
+
+def _why(e: OSError) -> str:
+    if e.errno == errno.ELOOP:
+        return "it is a symlink (refused)"
+    return e.strerror or str(e)

@@ -1,0 +1,162 @@
+"""One hook run, from stdin to exit status (``nri-numa hook STAGE``).
+
+Fail closed: a refusal or any failure exits 1 with one line on stderr, which runc and podman (with
+runc) put in their error; crun drops a hook's stderr, so the same line also goes to the log
+file. The run never outlasts ``--timeout``: waiting for the lock stops short of it, and a timer
+ends anything else that hangs (the runtime would otherwise kill the hook at the hooks.d
+``timeout`` without a word). Set ``--timeout`` a second or so below that value.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any
+
+from nri_numa.hook.cgroup import DEFAULT_CGROUP_ROOT, DEFAULT_PROC, CgroupFs
+from nri_numa.hook.oci import HookInputError, parse_spec, parse_state, read_input, read_spec
+
+STAGES = {"createRuntime": "createRuntime", "prestart": "createRuntime",
+          "poststop": "poststop", "precreate": "precreate"}
+DEFAULT_STATE_DIR = Path("/run/nri-numa")
+DEFAULT_TIMEOUT_S = 4.0
+LOG_NAME = "hook.log"
+LOG_KEEP_BYTES = 1 << 20  # then the log moves to hook.log.1 (one old file is kept)
+_LOCK_MARGIN_S = 0.5  # left, after waiting for the lock, for the transaction itself
+
+log = logging.getLogger("nri_numa.hook")
+
+
+class HookTimeout(Exception):
+    pass
+
+
+@dataclass(frozen=True)
+class HookOptions:
+    stage: str  # a key of STAGES
+    state_dir: Path = DEFAULT_STATE_DIR
+    config_file: Path | None = None
+    topology_file: Path | None = None
+    log_file: Path | None = None  # default: <state_dir>/hook.log
+    timeout: float = DEFAULT_TIMEOUT_S
+    cgroup_root: Path = DEFAULT_CGROUP_ROOT
+    proc_root: Path = DEFAULT_PROC
+
+    def __post_init__(self) -> None:
+        if self.stage not in STAGES:
+            raise ValueError(f"stage {self.stage!r} is not one of {', '.join(STAGES)}")
+        if not self.timeout > 0:
+            raise ValueError(f"timeout must be positive, not {self.timeout!r}")
+
+
+def run(options: HookOptions, stdin: IO[bytes], stdout: IO[str], stderr: IO[str]) -> int:
+    """Exit status 0 when the stage did its work, 1 (and the reason on stderr) otherwise."""
+    started = time.monotonic()
+    handler = _log_to_file(options)
+    try:
+        with _deadline(options.timeout):
+            try:
+                done = _run_stage(options, stdin, stdout, started)
+            except HookTimeout:
+                return _fail(options, stderr, f"gave up after {options.timeout:g} s (--timeout)")
+            except Exception as e:  # fail closed on anything, with a reason
+                return _fail(options, stderr, _reason(e))
+        log.info("%s: %s (%.0f ms)", options.stage, done, (time.monotonic() - started) * 1000)
+        return 0
+    finally:
+        if handler is not None:
+            logging.getLogger("nri_numa").removeHandler(handler)
+            handler.close()
+
+
+def _run_stage(options: HookOptions, stdin: IO[bytes], stdout: IO[str], started: float) -> str:
+    from nri_numa.hook import stages
+    from nri_numa.hook.machine import load_machine
+    from nri_numa.state.checkpoint import CheckpointStore
+
+    raw = read_input(stdin)
+    stage = STAGES[options.stage]
+    state = spec = None
+    if stage == "precreate":
+        spec = parse_spec(raw, "the spec on stdin")
+    else:
+        state = parse_state(raw)
+        if stage == "createRuntime":
+            spec = read_spec(state.bundle)
+    machine = load_machine(options.state_dir, options.config_file, options.topology_file)
+    left = options.timeout - (time.monotonic() - started) - _LOCK_MARGIN_S
+    env = stages.HookEnv(machine, CheckpointStore(options.state_dir, machine.fingerprint),
+                         CgroupFs(options.cgroup_root, options.proc_root), max(left, 0.0))
+    if stage == "createRuntime":
+        return stages.create_runtime(env, state, spec)
+    if stage == "poststop":
+        return stages.poststop(env, state)
+    placed, done = stages.precreate(env, spec)
+    stdout.write(json.dumps(placed))
+    stdout.flush()
+    return done
+
+
+def _fail(options: HookOptions, stderr: IO[str], reason: str) -> int:
+    line = " ".join(reason.split())  # one line, whatever the message held
+    log.error("%s: %s", options.stage, line)
+    print(f"nri-numa hook {options.stage}: {line}", file=stderr, flush=True)
+    return 1
+
+
+def _reason(e: Exception) -> str:
+    from nri_numa.hook.machine import MachineError
+    from nri_numa.hook.stages import HookError
+
+    if isinstance(e, (HookError, HookInputError, MachineError)):
+        return str(e)
+    log.exception("unexpected failure")
+    return f"internal error ({type(e).__name__}: {e}); see the hook log"
+
+
+@contextmanager
+def _deadline(seconds: float) -> Iterator[None]:
+    """Raise HookTimeout in the main thread once ``seconds`` have passed."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def expire(signum: int, frame: Any) -> None:
+        raise HookTimeout()
+
+    previous = signal.signal(signal.SIGALRM, expire)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+def _log_to_file(options: HookOptions) -> logging.Handler | None:
+    """Append to the hook log (mode 0600, rotated past LOG_KEEP_BYTES); None when it cannot be
+    opened, which must not stop the hook: stderr still carries every failure."""
+    path = options.log_file or options.state_dir / LOG_NAME
+    try:
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        if path.exists() and path.stat().st_size > LOG_KEEP_BYTES:
+            os.replace(path, path.with_name(path.name + ".1"))
+        os.close(os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600))
+        handler = logging.FileHandler(path)
+    except OSError:
+        return None
+    handler.setFormatter(logging.Formatter(
+        "%(asctime)s %(levelname)s hook[%(process)d] %(message)s"))
+    # On the package's logger, so that the state layer's warnings land in the same file.
+    package = logging.getLogger("nri_numa")
+    package.addHandler(handler)
+    package.setLevel(logging.INFO)
+    return handler

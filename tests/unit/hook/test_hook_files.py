@@ -1,0 +1,68 @@
+"""The shipped hooks.d files and runc example: valid in form, gated on the documented annotation,
+with a timeout above the hook's own, explicit env, and arguments the real CLI accepts."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from nri_numa.cli import build_parser
+from nri_numa.hook.annotations import HOOK_ANNOTATION
+
+HOOKS = Path(__file__).resolve().parents[3] / "hooks"
+HOOKS_D = {"nri-numa-createruntime.json": "createRuntime", "nri-numa-poststop.json": "poststop",
+           "nri-numa-precreate.json": "precreate"}
+
+
+def check_hook(hook: dict, stage: str) -> None:
+    assert Path(hook["path"]).is_absolute()
+    assert hook["args"][0] == Path(hook["path"]).name
+    args = build_parser().parse_args(hook["args"][1:])
+    assert (args.command, args.stage) == ("hook", stage)
+    assert isinstance(hook["timeout"], int) and hook["timeout"] > (args.timeout or 4)
+    assert any(e.startswith("PATH=/") for e in hook["env"])  # explicit: never the runtime's env
+
+
+@pytest.mark.parametrize("name, stage", HOOKS_D.items())
+def test_hooks_d_files(name, stage):
+    data = json.loads((HOOKS / name).read_text())
+    assert data["version"] == "1.0.0" and data["stages"] == [stage]
+    check_hook(data["hook"], stage)
+    [(key, value)] = data["when"]["annotations"].items()
+    assert set(data["when"]) == {"annotations"}  # the annotation alone decides
+    assert re.search(key, HOOK_ANNOTATION) and re.search(value, "true")
+    for other in ("numa.nri.io/hooks", "xnuma.nri.io/hook", "numa-nri-io/hook"):
+        assert not re.search(key, other)
+    for other in ("false", "", "truely"):
+        assert not re.search(value, other)
+
+
+def test_every_hook_file_uses_the_same_binary_and_state():
+    states = set()
+    for name in HOOKS_D:
+        hook = json.loads((HOOKS / name).read_text())["hook"]
+        args = build_parser().parse_args(hook["args"][1:])
+        states.add((hook["path"], args.state_dir, args.config))
+    assert len(states) == 1  # all stages must share one ledger
+
+
+def test_the_runc_example_runs_the_hook_at_create_runtime_and_poststop():
+    spec = json.loads((HOOKS / "runc-config.example.json").read_text())
+    assert set(spec["hooks"]) == {"createRuntime", "poststop"}
+    for stage, [hook] in spec["hooks"].items():
+        check_hook(hook, stage)
+    assert spec["linux"]["cgroupsPath"].startswith("/")
+    assert spec["process"]["terminal"] is False
+
+
+def test_the_example_configuration_turns_the_static_cpu_manager_on():
+    from nri_numa.hook.machine import load_config
+
+    config = load_config(HOOKS / "config.example.json")
+    assert str(config.cpu_manager_policy) == "static" and config.reserved_system_cpus == {0}
+    for name in HOOKS_D:
+        hook = json.loads((HOOKS / name).read_text())["hook"]
+        assert build_parser().parse_args(hook["args"][1:]).config.endswith(".json")
