@@ -9,14 +9,15 @@ only, and those are the feasible masks of the smallest size that an empty machin
   masks of size ``k`` (all single nodes, and pairs up to 64 nodes); beyond that, the nearest-node
   groups of size ``k`` grown from every node;
 * for best-effort's fallback, from every node the nearest nodes (by distance) until the free
-  capacity covers the request, and the whole machine — at most ``n + 1`` more.
+  capacity covers the request, groups already formed, and the widest mask allowed (the whole
+  machine, less nodes that may not join a new group) — at most ``n + 1`` more plus the groups.
 
 Up to ``EXACT_NODE_LIMIT`` nodes providers keep the kubelet's exact enumeration.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from itertools import combinations
@@ -46,8 +47,14 @@ class Demand:
 def bounded_hints(node_ids: Sequence[int], demands: Sequence[Demand],
                   distances: Mapping[int, Mapping[int, int]], *,
                   required: frozenset[int] = frozenset(),
-                  allow: Callable[[tuple[int, ...]], bool] = lambda nodes: True) -> list[Hint]:
-    """Hints for ``demands`` placed together; ``required`` nodes must be in every mask."""
+                  allow: Callable[[tuple[int, ...]], bool] = lambda nodes: True,
+                  joinable: Callable[[int], bool] = lambda node: True,
+                  groups: Iterable[tuple[int, ...]] = ()) -> list[Hint]:
+    """Hints for ``demands`` placed together; ``required`` nodes must be in every mask.
+
+    ``allow`` vets a whole mask; ``joinable`` says whether growth may add a node to a seed
+    (the Memory Manager's nodes already in use may not join a new group); ``groups`` are masks
+    to offer as they are (groups already formed)."""
     nodes = tuple(sorted(node_ids))
     k = _min_affinity(nodes, demands)
     if k is None:
@@ -66,13 +73,15 @@ def bounded_hints(node_ids: Sequence[int], demands: Sequence[Demand],
             group = _grow(seed, nodes, distances, required, lambda g: len(g) >= k)
             if len(group) == k and usable(group):
                 found[group] = True
-    for seed in nodes:
-        group = _grow(seed, nodes, distances, required,
-                      lambda g: all(d.fits_free(g) for d in demands))
+    grown = (_grow(seed, nodes, distances, required, lambda g: all(d.fits_free(g) for d in demands),
+                   joinable) for seed in nodes)
+    for group in (*grown, *(tuple(sorted(g)) for g in groups)):
         if group not in found and usable(group):
             found[group] = len(group) == k
-    if nodes not in found and usable(nodes):
-        found[nodes] = len(nodes) == k
+    # The widest mask growth may use: the whole machine, less what may not join a group.
+    widest = tuple(n for n in nodes if joinable(n) or n in required)
+    if widest and widest not in found and usable(widest):
+        found[widest] = len(widest) == k
     ordered = sorted(found, key=lambda g: (len(g), sum(1 << n for n in g)))
     return [_hint(g, found[g]) for g in ordered]
 
@@ -106,13 +115,15 @@ def _min_affinity(nodes: tuple[int, ...], demands: Sequence[Demand]) -> int | No
 
 
 def _grow(seed: int, nodes: tuple[int, ...], distances: Mapping[int, Mapping[int, int]],
-          required: frozenset[int], done: Callable[[tuple[int, ...]], bool]) -> tuple[int, ...]:
-    """``seed`` and the required nodes, then the nearest others until ``done``."""
+          required: frozenset[int], done: Callable[[tuple[int, ...]], bool],
+          joinable: Callable[[int], bool] = lambda node: True) -> tuple[int, ...]:
+    """``seed`` and the required nodes, then the nearest joinable others until ``done``."""
     group = sorted({seed, *required})
     if done(tuple(group)):
         return tuple(group)
     row = distances.get(seed, {})
-    for n in sorted((n for n in nodes if n not in group), key=lambda n: (row.get(n, 255), n)):
+    others = (n for n in nodes if n not in group and joinable(n))
+    for n in sorted(others, key=lambda n: (row.get(n, 255), n)):
         group.append(n)
         if done(tuple(sorted(group))):
             break

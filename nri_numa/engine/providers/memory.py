@@ -63,7 +63,12 @@ class MemoryProvider:
                 container_name: str) -> Allocations:
         if allocs.memory is None or allocs.memory.container_blocks(pod_id, container_name) is None:
             return allocs
-        return allocs.with_memory(memory.remove(allocs.memory, pod_id, container_name))
+        state = memory.remove(allocs.memory, pod_id, container_name)
+        if not state.blocks.get(pod_id) and pod_id in state.reusable:
+            # The pod's last blocks are gone: what its init containers left for reuse goes too.
+            state = state.derive(state.nodes, pod_id, {},
+                                 {p: r for p, r in state.reusable.items() if p != pod_id})
+        return allocs.with_memory(state)
 
     def demands(self, ctx: EngineContext, allocs: Allocations, pod: PodRequest,
                 container: ContainerRequest | None) -> list[ResourceDemand]:
@@ -91,8 +96,10 @@ def _hints(ctx: EngineContext, state: MemoryState, pod_id: str,
                       {n: node.tables[r].allocatable for n, node in state.nodes.items() if r in node.tables},
                       {n: node.tables[r].free for n, node in state.nodes.items() if r in node.tables})
                for r, amount in sorted(request.items())]
+    groups = {tuple(node.cells) for node in state.nodes.values() if len(node.cells) > 1}
     hints = bounded_hints(list(state.nodes), demands, ctx.distance_map,
-                          allow=lambda group: _respects_groups(state, group))
+                          allow=lambda group: _respects_groups(state, group),
+                          joinable=lambda n: not state.nodes[n].assignments, groups=groups)
     # Like the kubelet: no mask at all is "no preference", and allocation then reports it.
     return {r: hints for r in request} if hints else {}
 

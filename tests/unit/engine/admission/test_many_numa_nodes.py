@@ -143,11 +143,6 @@ def test_best_effort_spreads_what_no_node_holds(topology, reserved):
     assert node_of(topology, placement.cpus) == placement.hint.affinity
 
 
-@pytest.mark.xfail(strict=True, reason="past 8 nodes the memory provider's bounded hints hold "
-                   "no multi-node mask of unused nodes once a grouped node rules out the "
-                   "whole-machine hint, so best-effort settles on a 1-node hint ({0}) instead of "
-                   "the 8-node mask the exact merge picks (bounded_hints.py / providers/memory.py "
-                   "_hints)")
 def test_best_effort_keeps_aligning_after_memory_groups_exist():
     ctx = engine(SIXTEEN, "best-effort", "0,64")
     allocs = ctx.empty_allocations()

@@ -114,9 +114,6 @@ def test_releasing_gives_the_memory_back(scope):
     assert release(ctx, half, "p") == empty
 
 
-@pytest.mark.xfail(strict=True, reason="releasing a pod leaves its init-container memory-reuse "
-                   "entry in MemoryState.reusable, so the snapshot differs from the one before "
-                   "the pod (providers/memory.py release / admit.py release do not drop it)")
 def test_releasing_a_pod_drops_its_memory_reuse_entry():
     ctx = memory_engine("best-effort")
     empty = ctx.empty_allocations()

@@ -92,10 +92,6 @@ def test_admitting_an_admitted_container_again_changes_nothing():
     assert twice.decision.placements == once.decision.placements
 
 
-@pytest.mark.xfail(strict=True, reason="pod scope reuses the kept pod hint for a later "
-                   "container without checking its nodes still have room: under "
-                   "single-numa-node the container's CPUs land on another node (scope/pod.py "
-                   "admit_containers; providers/cpu.py _take_aligned spills silently)")
 def test_a_later_container_that_no_longer_fits_the_pod_hint_is_refused():
     ctx = engine(scope="pod")
     request = pod("p", container("a", "2"), container("b", "2"))
@@ -103,10 +99,10 @@ def test_a_later_container_that_no_longer_fits_the_pod_hint_is_refused():
     # Node 0 had 5 CPUs; "a" took 2, "q" takes the other 3.
     allocs = admitted(ctx, allocs, guaranteed_pod("q", "3")).allocations
     result = admit(ctx, allocs, request, ["b"])
-    if result.decision.admitted:
-        assert result.decision.placements[0].cpus <= NODE0
-    else:
-        assert result.allocations is allocs
+    assert not result.decision.admitted
+    assert result.allocations is allocs
+    assert result.decision.rejection.reason == "TopologyAffinityError"
+    assert "no longer fits on the pod's NUMA nodes {0}" in result.decision.rejection.message
 
 
 # --- per-pod overrides ------------------------------------------------------------------------
@@ -255,3 +251,13 @@ def test_a_released_container_comes_back_on_the_kept_pod_hint():
     assert allocs.pod("p").pod_hint == pod_hint
     again = admitted(ctx, allocs, request, ["b"])
     assert again.steps == () and again.decision.placements[0].hint == pod_hint
+
+
+def test_best_effort_places_a_later_container_even_off_the_pod_nodes():
+    ctx = engine("best-effort", scope="pod")
+    request = pod("p", container("a", "2"), container("b", "2"))
+    allocs = admitted(ctx, ctx.empty_allocations(), request, ["a"]).allocations
+    allocs = admitted(ctx, allocs, guaranteed_pod("q", "3")).allocations
+    result = admitted(ctx, allocs, request, ["b"])
+    assert len(result.decision.placements[0].cpus) == 2
+    assert not result.decision.placements[0].cpus <= NODE0
