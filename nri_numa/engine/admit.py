@@ -36,7 +36,8 @@ def admit(ctx: EngineContext, allocs: Allocations, pod: PodRequest,
           containers: Iterable[str] | None = None) -> Admission:
     """Place ``containers`` of ``pod`` (all of them when None), in the pod's spec order."""
     try:
-        chosen = pod_topology(ctx.config, pod.annotations)
+        chosen = (pod_topology(ctx.config, pod.annotations) if pod.annotations
+                  else ctx.node_topology)
     except AnnotationError as e:
         rejection = Rejection(None, "InvalidAnnotation", str(e), str(ctx.config.topology_manager_policy))
         return Admission(Decision(pod.uid, str(ctx.config.topology_manager_policy),

@@ -4,6 +4,9 @@ The kubelet stores masks in a uint64 and rejects ids above 63; Python ints have 
 ids of any size work here, and for ids below 64 every order below is the kubelet's exactly
 (``is_less`` is the kubelet's unsigned integer comparison).
 
+Hint generation walks every mask of the machine's nodes; ``kubelet_order(width)`` keeps that
+order per width, and ``subset_sums`` gives a per-node quantity summed over every mask at once.
+
 Besides the kubelet's operations this module holds the one set algebra the merge needs:
 ``nonzero_intersections(families, width)``, every non-zero AND taking one mask from each family,
 computed pairwise or, when the sets are large and the universe small, with superset-sum
@@ -14,6 +17,7 @@ from __future__ import annotations
 
 import itertools
 import operator
+import sys
 from array import array
 from collections.abc import Iterable, Iterator, Sequence, Set
 from functools import lru_cache
@@ -21,8 +25,11 @@ from functools import lru_cache
 # Above this width a transform vector (8 bytes per mask) passes 512 KiB and a join by transform
 # takes seconds; hint lists long enough to need it cannot be built at such widths anyway.
 MAX_TRANSFORM_WIDTH = 16
-# Lane masks are cached up to this width (32 KiB each); wider ones are rebuilt when needed.
+# Lane masks (32 KiB each) and mask orders (4,095 masks) are cached up to this width; wider
+# ones are rebuilt when needed.
 _CACHED_WIDTH = 12
+# A list of every mask of this many nodes would have more entries than a list can index.
+_LISTABLE_WIDTH = sys.maxsize.bit_length()
 
 # Lane width of the transform vectors, and the largest count a lane may hold.
 _LANE_BYTES = 8
@@ -88,6 +95,39 @@ def iterate_masks(ids: Sequence[int]) -> Iterator[int]:
             for single in combo:
                 mask |= single
             yield mask
+
+
+def kubelet_order(width: int) -> tuple[int, ...]:
+    """``iterate_masks(range(width))`` as a tuple, built once per width up to ``_CACHED_WIDTH``
+    (hint generation walks it on every admission; wider ones are too big to keep).
+    OverflowError where ``2**width`` passes what a list can index."""
+    _check_listable(width)
+    if width <= _CACHED_WIDTH:
+        return _cached_kubelet_order(width)
+    return tuple(iterate_masks(range(width)))
+
+
+@lru_cache(maxsize=None)
+def _cached_kubelet_order(width: int) -> tuple[int, ...]:
+    return tuple(iterate_masks(range(width)))
+
+
+def subset_sums(values: Sequence[int]) -> list[int]:
+    """``sums[m]`` = the sum of ``values[i]`` over the bits ``i`` of ``m``, for every ``m`` below
+    ``2**len(values)``: each value doubles the filled part, one comprehension per value.
+    OverflowError where ``2**len(values)`` passes what a list can index."""
+    _check_listable(len(values))
+    sums = [0] * (1 << len(values))
+    filled = 1
+    for value in values:
+        sums[filled:2 * filled] = [s + value for s in sums[:filled]]
+        filled *= 2
+    return sums
+
+
+def _check_listable(width: int) -> None:
+    if width >= _LISTABLE_WIDTH:
+        raise OverflowError(f"{width} NUMA nodes have 2**{width} masks, more than a list can hold")
 
 
 def nonzero_intersections(families: Sequence[Set[int]], width: int) -> set[int]:

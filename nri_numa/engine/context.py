@@ -8,12 +8,14 @@ from functools import cached_property
 from types import MappingProxyType
 
 from nri_numa.engine.allocations import Allocations
+from nri_numa.engine.annotations import PodTopology, pod_topology
 from nri_numa.engine.config import (ConfigError, CpuManagerPolicy, EngineConfig,
                                     MemoryManagerPolicy, validate_for_topology)
-from nri_numa.engine.cpu import CPUTopology, NotEnoughCPUsError, take_cpus
+from nri_numa.engine.cpu import CPUTopology, NotEnoughCPUsError, checked_mask, take_cpus
 from nri_numa.engine.devices import Chooser, Device, Resource
 from nri_numa.engine.devices.gpu_select import gpu_chooser
 from nri_numa.engine.memory import MemoryState, check_reserved_memory
+from nri_numa.engine.merge import MachineMerge
 from nri_numa.engine.policy.options import (DEFAULT_MAX_ALLOWABLE_NUMA_NODES,
                                             MAX_ALLOWABLE_NUMA_NODES)
 from nri_numa.topology.model import Topology
@@ -50,15 +52,15 @@ class EngineContext:
                 raise ConfigError([str(e)]) from None
         return ctx
 
-    @property
+    @cached_property
     def cpu_static(self) -> bool:
         return self.config.cpu_manager_policy is CpuManagerPolicy.STATIC
 
-    @property
+    @cached_property
     def memory_static(self) -> bool:
         return self.config.memory_manager_policy is MemoryManagerPolicy.STATIC
 
-    @property
+    @cached_property
     def strict_reservation(self) -> bool:
         return self.cpu_static and self.config.cpu_options.strict_cpu_reservation
 
@@ -88,6 +90,11 @@ class EngineContext:
         return MappingProxyType({c.id: c.numa for c in self.topology.cpus if c.numa is not None})
 
     @cached_property
+    def reserved_mask(self) -> int:
+        """``reserved_cpus`` as a bit mask (bit n = CPU n)."""
+        return checked_mask(self.reserved_cpus, "reserved CPUs")
+
+    @cached_property
     def distance_map(self) -> Mapping[int, Mapping[int, int]]:
         """``distances`` keyed by node id on both sides, as ``bounded_hints`` reads them."""
         return MappingProxyType({i: MappingProxyType(dict(zip(self.numa_ids, row)))
@@ -102,6 +109,17 @@ class EngineContext:
         if len(self.numa_ids) > DEFAULT_MAX_ALLOWABLE_NUMA_NODES:
             options.setdefault(MAX_ALLOWABLE_NUMA_NODES, str(len(self.numa_ids)))
         return MappingProxyType(options)
+
+    @cached_property
+    def node_topology(self) -> PodTopology:
+        """The policy and scope of a pod without annotations: the node's own."""
+        return pod_topology(self.config, {})
+
+    @cached_property
+    def machine_merge(self) -> MachineMerge:
+        """The hint merge on this machine's nodes, distances and merge options."""
+        return MachineMerge.build(self.numa_ids, distances=self.distances,
+                                  options=self.merge_options)
 
     @cached_property
     def choose_gpus(self) -> Chooser:

@@ -20,24 +20,20 @@ docs/merge-algorithm.md has the argument that this is exactly the kubelet's answ
 
 from __future__ import annotations
 
-import itertools
-import operator
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import NamedTuple
+from functools import cached_property
 
 from nri_numa.engine.bitmask import bits, nonzero_intersections
-from nri_numa.engine.hints import Hint, MergeError, Slot
+from nri_numa.engine.hints import Hint, MergeError, Slot, hint_of_mask
 from nri_numa.engine.numa_info import FitterKey, NumaInfo
 from nri_numa.engine.policy import policy_by_name
-from nri_numa.engine.policy.options import parse_policy_options
+from nri_numa.engine.policy.options import PolicyOptions, parse_policy_options
 
 ProviderHints = Mapping[str, Sequence[Hint] | None] | None
 
 _NO_PREFERENCE: Slot = (Hint(None, True),)
 _NO_NODE_FITS: Slot = (Hint(None, False),)
-_MASK_OF = operator.attrgetter("mask")
-_PREFERRED = operator.attrgetter("preferred")
 
 
 def merge_hints(policy: str, numa_nodes: Sequence[int], providers_hints: Sequence[ProviderHints], *,
@@ -51,18 +47,50 @@ def merge_hints(policy: str, numa_nodes: Sequence[int], providers_hints: Sequenc
     ``prefer-closest-numa-nodes``. Checks run in the kubelet's order: options, NUMA info, the
     node limit, the policy name.
     """
-    opts = parse_policy_options(options)
-    if opts.prefer_closest_numa_nodes and distances is None:
-        raise MergeError("cannot discover NUMA topology: prefer-closest-numa-nodes is on "
-                         "but no NUMA distances were given")
-    # Like the kubelet, distances are only read when prefer-closest-numa-nodes asks for them.
-    info = NumaInfo(tuple(_node_list(numa_nodes)), distances if opts.prefer_closest_numa_nodes else None)
-    if policy != "none" and len(info.nodes) > opts.max_allowable_numa_nodes:
-        raise MergeError(f"unsupported on machines with more than {opts.max_allowable_numa_nodes} NUMA Nodes")
-    chosen = policy_by_name(policy)
-    slots = provider_slots(providers_hints)
-    merger = HintMerger(info, opts.prefer_closest_numa_nodes)
-    return chosen.decide(slots, merger.merge, frozenset(info.nodes))
+    return MachineMerge.build(numa_nodes, distances=distances, options=options).merge(
+        policy, providers_hints)
+
+
+class MachineMerge:
+    """``merge_hints`` with its machine arguments (nodes, distances, options) checked and
+    prepared once: the engine merges against one machine for its whole life."""
+
+    def __init__(self, info: NumaInfo, options: PolicyOptions) -> None:
+        self.info = info
+        self.options = options
+        self.merger = HintMerger(info, options.prefer_closest_numa_nodes)
+        self.default_affinity = frozenset(info.nodes)
+        # (policy, slots) → answer, for slots that all say "no preference"
+        self._unconstrained: dict[tuple[str, int], tuple[Hint, bool]] = {}
+
+    @classmethod
+    def build(cls, numa_nodes: Sequence[int], *, distances: Sequence[Sequence[int]] | None = None,
+              options: Mapping[str, str] | None = None) -> MachineMerge:
+        """Raise MergeError for bad options or NUMA info, in that order."""
+        opts = parse_policy_options(options)
+        if opts.prefer_closest_numa_nodes and distances is None:
+            raise MergeError("cannot discover NUMA topology: prefer-closest-numa-nodes is on "
+                             "but no NUMA distances were given")
+        # Like the kubelet, distances are only read when prefer-closest-numa-nodes asks for them.
+        info = NumaInfo(tuple(_node_list(numa_nodes)),
+                        distances if opts.prefer_closest_numa_nodes else None)
+        return cls(info, opts)
+
+    def merge(self, policy: str, providers_hints: Sequence[ProviderHints]) -> tuple[Hint, bool]:
+        """``merge_hints`` on this machine: the node limit, the policy name, then the merge."""
+        limit = self.options.max_allowable_numa_nodes
+        if policy != "none" and len(self.info.nodes) > limit:
+            raise MergeError(f"unsupported on machines with more than {limit} NUMA Nodes")
+        chosen = policy_by_name(policy)
+        slots = provider_slots(providers_hints)
+        if all(slot is _NO_PREFERENCE for slot in slots):
+            # Nothing to align (a Burstable pod, say): the answer depends on the policy alone.
+            key = (policy, len(slots))
+            if key not in self._unconstrained:
+                self._unconstrained[key] = chosen.decide(slots, self.merger.merge,
+                                                         self.default_affinity)
+            return self._unconstrained[key]
+        return chosen.decide(slots, self.merger.merge, self.default_affinity)
 
 
 def provider_slots(providers_hints: Sequence[ProviderHints]) -> list[Slot]:
@@ -78,7 +106,7 @@ def provider_slots(providers_hints: Sequence[ProviderHints]) -> list[Slot]:
             raise MergeError(f"providers_hints[{index}]: expected a mapping resource → hints or None, "
                              f"got {resources!r}")
         for resource, hints in resources.items():
-            slots.append(_slot(f"providers_hints[{index}][{resource!r}]", hints))
+            slots.append(_slot(index, resource, hints))
     return slots
 
 
@@ -91,27 +119,42 @@ class HintMerger:
 
     def merge(self, slots: Sequence[Slot], closest_allowed: bool) -> Hint:
         info = self.info
-        fitter = info.fitter_key(self.prefer_closest and closest_allowed)
+        closest = self.prefer_closest and closest_allowed
+        fitter = self._closest_key if closest else self._narrowest_key
         if any(not slot for slot in slots):
             # Some resource has no hint at all: there is no combination to merge.
-            return self._hint(info.default_mask, False)
-        universe = _Universe(info.nodes)
-        summaries = [_summarize(slot, universe) for slot in slots]
-        preferred = _best_preferred(summaries, info.default_mask, fitter)
+            return hint_of_mask(info.default_mask, False)
+        # The preferred side first: when it finds a mask, which it usually does, the rest of
+        # what a slot could reach is never needed.
+        preferred = _best_preferred(list(map(_preferred_side, slots)), info.default_mask, fitter)
         if preferred is not None:
-            return self._hint(preferred, True)
-        fallback = _best_non_preferred(summaries, universe, fitter)
-        return self._hint(info.default_mask if fallback is None else fallback, False)
+            return hint_of_mask(preferred, True)
+        universe = self._universe
+        reaches = [_reach(slot, universe) for slot in slots]
+        fallback = _best_non_preferred(reaches, universe, fitter)
+        return hint_of_mask(info.default_mask if fallback is None else fallback, False)
 
-    def _hint(self, mask: int, preferred: bool) -> Hint:
-        return Hint(frozenset(bits(mask)), preferred)
+    # What depends on the machine alone, built at the first merge and kept.
+
+    @cached_property
+    def _universe(self) -> _Universe:
+        return _Universe(self.info.nodes)
+
+    @cached_property
+    def _closest_key(self) -> FitterKey:
+        return self.info.fitter_key(True)
+
+    @cached_property
+    def _narrowest_key(self) -> FitterKey:
+        return self.info.fitter_key(False)
 
 
-class _SlotSummary(NamedTuple):
-    preferred_masks: set[int]  # masks of the preferred hints that name nodes, as given
-    preferred_none: bool  # some preferred hint names no node
-    restrictions: set[int]  # each hint's nodes on this machine (all of them for None), packed
-    narrowest_count: int | None  # nodes in the slot's narrowest hint that names nodes
+# What the merge reads from one slot: the masks of its preferred hints that name nodes (as
+# given) and whether a preferred hint names none; then, only when no preferred merge exists,
+# each hint's nodes on this machine packed (all of them for None) and the node count of its
+# narrowest hint that names nodes.
+_Preferred = tuple[set[int], bool]
+_Reach = tuple[set[int], int | None]
 
 
 class _Universe:
@@ -140,27 +183,30 @@ class _Universe:
         return sum(1 << self.ids[pos] for pos in bits(packed))
 
 
-def _summarize(slot: Slot, universe: _Universe) -> _SlotSummary:
-    # map/compress keep the per-hint work in C: slots hold up to 2**n - 1 hints.
-    masks = list(map(_MASK_OF, slot))
-    distinct = set(masks)
+def _preferred_side(slot: Slot) -> _Preferred:
+    preferred = {h.mask for h in slot if h.preferred}
+    has_none = None in preferred
+    preferred.discard(None)
+    return preferred, has_none
+
+
+def _reach(slot: Slot, universe: _Universe) -> _Reach:
+    distinct = {h.mask for h in slot}
     has_none = None in distinct
     distinct.discard(None)
-    preferred = set(itertools.compress(masks, map(_PREFERRED, slot)))
-    preferred_none = None in preferred
-    preferred.discard(None)
+    narrowest = min(map(int.bit_count, distinct), default=None)
     if not universe.identity:
         restrictions = {universe.pack(m) for m in distinct}
     elif distinct and max(distinct) > universe.full:
         restrictions = {m & universe.full for m in distinct}
     else:
-        restrictions = set(distinct)  # every mask already lies on the machine
+        restrictions = distinct  # every mask already lies on the machine
     if has_none:
         restrictions.add(universe.full)
-    return _SlotSummary(preferred, preferred_none, restrictions, min(map(int.bit_count, distinct), default=None))
+    return restrictions, narrowest
 
 
-def _best_preferred(summaries: list[_SlotSummary], default_mask: int, fitter: FitterKey) -> int | None:
+def _best_preferred(sides: list[_Preferred], default_mask: int, fitter: FitterKey) -> int | None:
     """The fittest mask of a preferred merged hint, or None when no combination is preferred.
 
     A combination is preferred when every hint in it is preferred and those naming nodes all name
@@ -168,11 +214,11 @@ def _best_preferred(summaries: list[_SlotSummary], default_mask: int, fitter: Fi
     machine). So M works when every resource has M among its preferred hints or a preferred hint
     without nodes; empty merges do not count.
     """
-    constrained = [s.preferred_masks for s in summaries if not s.preferred_none]
+    constrained = [masks for masks, has_none in sides if not has_none]
     if constrained:
         shared = set.intersection(*constrained)
     else:
-        shared = set().union(*(s.preferred_masks for s in summaries))
+        shared = set().union(*(masks for masks, _ in sides))
     candidates = {m & default_mask for m in shared}
     if not constrained:
         candidates.add(default_mask)
@@ -180,15 +226,16 @@ def _best_preferred(summaries: list[_SlotSummary], default_mask: int, fitter: Fi
     return min(candidates, key=fitter) if candidates else None
 
 
-def _best_non_preferred(summaries: list[_SlotSummary], universe: _Universe, fitter: FitterKey) -> int | None:
+def _best_non_preferred(reaches: list[_Reach], universe: _Universe,
+                        fitter: FitterKey) -> int | None:
     """The mask the kubelet keeps when no merged hint is preferred (None: every merge was empty).
 
     The kubelet ranks non-preferred masks by their node count against ``target`` (the most nodes
     any resource needs at least): exactly ``target`` first, then fewer nodes (more is better), then
     more nodes (fewer is better); within a count by the fitter order.
     """
-    target = max((s.narrowest_count for s in summaries if s.narrowest_count is not None), default=0)
-    reach = nonzero_intersections([s.restrictions for s in summaries], universe.width)
+    target = max((count for _, count in reaches if count is not None), default=0)
+    reach = nonzero_intersections([restrictions for restrictions, _ in reaches], universe.width)
     if not reach:
         return None
 
@@ -202,18 +249,22 @@ def _best_non_preferred(summaries: list[_SlotSummary], universe: _Universe, fitt
     return min(map(universe.unpack, tier), key=fitter)
 
 
-def _slot(where: str, hints: object) -> Slot:
+def _slot(index: int, resource: object, hints: object) -> Slot:
+    """``providers_hints[index][resource]`` as a slot (the place is only spelled out for an
+    error: formatting it for every slot was a share of a small merge)."""
     if hints is None:
         return _NO_PREFERENCE
     if not _is_list(hints):
-        raise MergeError(f"{where}: expected a list of Hint or None, got {hints!r}")
+        raise MergeError(f"providers_hints[{index}][{resource!r}]: expected a list of Hint or "
+                         f"None, got {hints!r}")
     if not hints:
         return _NO_NODE_FITS
     slot = tuple(hints)
     if set(map(type, slot)) != {Hint}:  # the quick check, in C; subclasses are fine too
         for position, hint in enumerate(slot):
             if not isinstance(hint, Hint):
-                raise MergeError(f"{where}[{position}]: expected a Hint, got {hint!r}")
+                raise MergeError(f"providers_hints[{index}][{resource!r}][{position}]: expected "
+                                 f"a Hint, got {hint!r}")
     return slot
 
 

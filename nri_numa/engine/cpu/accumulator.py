@@ -12,7 +12,8 @@ against the request and hand back fewer CPUs than asked for.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+import itertools
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 
 from nri_numa.engine.cpu.topology import CPUTopology, bits_of
 
@@ -65,8 +66,10 @@ class CPUAccumulator:
         """Ids whose unit has a free CPU inside ``within``, fewest free CPUs (in the whole unit)
         first, then by id."""
         free = self.free
-        present = [i for i in ids if free & within & masks[i]]
-        return sorted(present, key=lambda i: ((free & masks[i]).bit_count(), i))
+        # (count, id) pairs sort in C, without a key function called per unit.
+        ranked = [((free & masks[i]).bit_count(), i) for i in ids if free & within & masks[i]]
+        ranked.sort()
+        return [i for _, i in ranked]
 
     def numa_order(self) -> list[int]:
         topo = self.topo
@@ -83,12 +86,30 @@ class CPUAccumulator:
                 for s in self._sorted(topo.sockets_of_numa[n], topo.socket_cpus, topo.numa_cpus[n])]
 
     def core_order(self) -> list[int]:
+        return list(self._core_order())
+
+    def _core_order(self) -> Iterator[int]:
+        """``core_order`` made as it is read: the order of the outer units is fixed at the
+        start, each unit's cores are counted when it is reached."""
+        masks = self.topo.core_cpus
+        for cores in self._core_groups():
+            yield from self._fewest_free_first(cores, masks)
+
+    def _fewest_free_first(self, ids: Sequence[int], masks: Mapping[int, int]) -> Iterator[int]:
+        """``_sorted(ids, masks)`` without sorting: free CPUs are counted once per unit, then
+        the units of each count come out in id order (ids ascend), fewest first."""
+        free = self.free
+        counts = [(free & masks[i]).bit_count() for i in ids]
+        for count in sorted(set(counts)):
+            if count:
+                yield from itertools.compress(ids, map(count.__eq__, counts))
+
+    def _core_groups(self) -> list[tuple[int, ...]]:
+        """The cores of each outer unit (socket or NUMA node), the units in their order."""
         topo = self.topo
         if topo.numa_first:
-            return [c for s in self.socket_order()
-                    for c in self._sorted(topo.cores_of_socket[s], topo.core_cpus)]
-        return [c for n in self.numa_order()
-                for c in self._sorted(topo.cores_of_numa[n], topo.core_cpus)]
+            return [topo.cores_of_socket[s] for s in self.socket_order()]
+        return [topo.cores_of_numa[n] for n in self.numa_order()]
 
     def uncore_order(self) -> list[int]:
         topo = self.topo
@@ -97,13 +118,20 @@ class CPUAccumulator:
 
     def packed_cpu_order(self) -> list[int]:
         """Core by core in core order, each core's free CPUs ascending."""
-        cores = self.topo.core_cpus
-        return [cpu for c in self.core_order() for cpu in bits_of(self.free & cores[c])]
+        return [cpu for unit in self._remaining_units(PACKED) for cpu in bits_of(self.free & unit)]
 
     def spread_cpu_order(self) -> list[int]:
         """Socket by socket in socket order, each socket's free CPUs ascending (cores ignored)."""
+        return [cpu for unit in self._remaining_units(SPREAD) for cpu in bits_of(self.free & unit)]
+
+    def _remaining_units(self, strategy: str) -> Iterator[int]:
+        """The CPU masks of the units whose free CPUs make the packed (cores in core order) or
+        spread (sockets in socket order) CPU order, as they are read."""
+        if strategy == PACKED:
+            cores = self.topo.core_cpus
+            return (cores[c] for c in self._core_order())
         sockets = self.topo.socket_cpus
-        return [cpu for s in self.socket_order() for cpu in bits_of(self.free & sockets[s])]
+        return (sockets[s] for s in self.socket_order())
 
     # --- free units ---------------------------------------------------------------------------
 
@@ -117,9 +145,18 @@ class CPUAccumulator:
         return [s for s in self.socket_order() if self.free_in(masks[s]) == size]
 
     def free_cores(self) -> list[int]:
+        return list(self._free_cores())
+
+    def _free_cores(self) -> Iterator[int]:
+        """``free_cores`` as it is read. In core order the cores with ``size`` free CPUs sit
+        together, in id order, inside each outer unit: picking them out of the unsorted groups
+        gives the same list."""
         size = self.topo.cpus_per_core
         masks = self.topo.core_cpus
-        return [c for c in self.core_order() if self.free_in(masks[c]) == size]
+        for cores in self._core_groups():
+            for c in cores:
+                if (self.free & masks[c]).bit_count() == size:
+                    yield c
 
     def free_uncores(self) -> list[int]:
         masks = self.topo.uncore_cpus
@@ -130,17 +167,35 @@ class CPUAccumulator:
     def _take_whole(self, ids: list[int], masks: Mapping[int, int]) -> None:
         for i in ids:
             unit = masks[i]
-            if self.needs_at_least(unit.bit_count()) and self.free & unit == unit:
+            if self.needed >= unit.bit_count() and self.free & unit == unit:
                 self.take(unit)
 
+    # A wholly free unit is only taken when at least its size is still needed: below the
+    # smallest such unit the orderings need not be computed at all.
+
     def take_full_numa_nodes(self) -> None:
-        self._take_whole(self.free_numa_nodes(), self.topo.numa_cpus)
+        if self.needs_at_least(self.topo.smallest_numa_node):
+            self._take_whole(self.free_numa_nodes(), self.topo.numa_cpus)
 
     def take_full_sockets(self) -> None:
-        self._take_whole(self.free_sockets(), self.topo.socket_cpus)
+        if self.needs_at_least(self.topo.cpus_per_socket):
+            self._take_whole(self.free_sockets(), self.topo.socket_cpus)
 
     def take_full_cores(self) -> None:
-        self._take_whole(self.free_cores(), self.topo.core_cpus)
+        # A listed core that is wholly free has exactly ``size`` CPUs, so once less than that is
+        # needed no later one can be taken. Reading the list while taking gives the list made
+        # first: a take only changes the cores taken, which a second listing (a socket that is
+        # in two NUMA nodes) would skip anyway.
+        size = self.topo.cpus_per_core
+        masks = self.topo.core_cpus
+        if self.needed < size:
+            return
+        for c in self._free_cores():
+            unit = masks[c]
+            if self.free & unit == unit:
+                self.take(unit)
+                if self.needed < size:
+                    return
 
     def take_full_uncores(self) -> None:
         self._take_whole(self.free_uncores(), self.topo.uncore_cpus)
@@ -186,11 +241,18 @@ class CPUAccumulator:
             self.take_partial_uncore(uncore)
 
     def take_remaining(self, strategy: str) -> None:
-        order = self.packed_cpu_order() if strategy == PACKED else self.spread_cpu_order()
-        for cpu in order:
-            self.take(1 << cpu)
-            if self.satisfied():
-                return
+        """CPUs one at a time in packed (or spread) CPU order until satisfied.
+
+        The kubelet lists the whole order before the first take. Here units are read as they
+        are reached, which takes the same CPUs: a take only changes the unit taken from, and a
+        unit listed twice (a socket in two NUMA nodes) has nothing left the second time. Most
+        requests are done within the first unit or two, long before the order is complete.
+        """
+        for unit in self._remaining_units(strategy):
+            for cpu in bits_of(self.free & unit):
+                self.take(1 << cpu)
+                if self.satisfied():
+                    return
 
 
 def new_accumulator(topology: CPUTopology, free: int, count: int) -> CPUAccumulator | None:

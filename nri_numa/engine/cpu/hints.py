@@ -34,13 +34,13 @@ resource alone could reach stays reachable.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator, Sequence
-from functools import lru_cache
+from bisect import bisect_left
+from collections.abc import Callable, Iterable, Iterator
 from itertools import accumulate
 
-from nri_numa.engine.bitmask import bits, iterate_masks, mask_of
+from nri_numa.engine.bitmask import bits, kubelet_order, mask_of, subset_sums
 from nri_numa.engine.cpu.topology import CPUTopology, checked_mask
-from nri_numa.engine.hints import Hint
+from nri_numa.engine.hints import Hint, hint_of_mask, hints_of_masks
 
 EXACT_NODE_LIMIT = 12
 MAX_LISTED_HINTS = 512
@@ -50,8 +50,18 @@ MAX_VISITED_MASKS = 4096
 def cpu_hints(topology: CPUTopology, available: Iterable[int], reusable: Iterable[int],
               request: int, *, align_by_socket: bool = False) -> list[Hint] | None:
     """The hints, ``None`` for no request; ValueError for a bad request or CPU ids."""
-    if isinstance(request, bool) or not isinstance(request, int) or request < 0:
-        raise ValueError(f"CPU request must be a non-negative integer, not {request!r}")
+    _check_request(request)
+    if request == 0:
+        return None
+    return cpu_hints_for_masks(topology, checked_mask(available, "available"),
+                               checked_mask(reusable, "reusable"), request,
+                               align_by_socket=align_by_socket)
+
+
+def cpu_hints_for_masks(topology: CPUTopology, available: int, reusable: int, request: int, *,
+                        align_by_socket: bool = False) -> list[Hint] | None:
+    """``cpu_hints`` for callers that hold CPU sets as bit masks (bit n = CPU n)."""
+    _check_request(request)
     if request == 0:
         return None
     space = _HintSpace(topology, available, reusable, request)
@@ -60,43 +70,26 @@ def cpu_hints(topology: CPUTopology, available: Iterable[int], reusable: Iterabl
         masks = space.all_masks()
     else:
         masks = space.narrow_masks(min_affinity, align_by_socket)
-    preferred = _preference(topology, min_affinity, align_by_socket)
-    return [_hint(mask, preferred(mask)) for mask in masks]
+    if not align_by_socket:
+        return hints_of_masks(masks, min_affinity)
+    preferred = _socket_aligned_preference(topology, min_affinity)
+    return [hint_of_mask(mask, preferred(mask)) for mask in masks]
 
 
-@lru_cache(maxsize=2 << EXACT_NODE_LIMIT)  # both flags of every mask up to the limit
-def _hint(mask: int, preferred: bool) -> Hint:
-    # Hints are immutable; consecutive admissions on one machine ask for the same ones.
-    return Hint(bits(mask), preferred)
-
-
-@lru_cache(maxsize=32)
-def _kubelet_order(width: int) -> tuple[int, ...]:
-    """Masks over positions 0..width-1 in IterateBitMasks order."""
-    return tuple(iterate_masks(range(width)))
-
-
-def _subset_sums(values: Sequence[int]) -> list[int]:
-    """sums[m] = sum of values[i] over the bits i of m, for every m below 2**len(values)."""
-    sums = [0] * (1 << len(values))
-    for m in range(1, len(sums)):
-        low = m & -m
-        sums[m] = sums[m ^ low] + values[low.bit_length() - 1]
-    return sums
+def _check_request(request: int) -> None:
+    if isinstance(request, bool) or not isinstance(request, int) or request < 0:
+        raise ValueError(f"CPU request must be a non-negative integer, not {request!r}")
 
 
 class _HintSpace:
     """Per-node counts the hint rules need; masks are ints over NUMA node ids."""
 
-    def __init__(self, topology: CPUTopology, available: Iterable[int],
-                 reusable: Iterable[int], request: int) -> None:
-        free = checked_mask(available, "available")
-        held = checked_mask(reusable, "reusable") & topology.all_cpus
+    def __init__(self, topology: CPUTopology, free: int, reusable: int, request: int) -> None:
+        held = reusable & topology.all_cpus
         self.topology = topology
         self.nodes = topology.numa_ids
         self.request = request
         numa_cpus = topology.numa_cpus
-        self.capacity = {n: numa_cpus[n].bit_count() for n in self.nodes}
         self.free = {n: (free & numa_cpus[n]).bit_count() for n in self.nodes}
         self.held = [n for n in self.nodes if held & numa_cpus[n]]  # every mask must hold them
         self.wanted = request - held.bit_count()  # what available CPUs must add
@@ -104,17 +97,16 @@ class _HintSpace:
     def min_affinity(self) -> int:
         """The fewest nodes whose CPUs could hold the request (all nodes if none can): a mask of
         k nodes can exactly when the k biggest nodes can."""
-        sums = accumulate(sorted(self.capacity.values(), reverse=True))
-        return next((k for k, total in enumerate(sums, 1) if total >= self.request),
-                    len(self.nodes))
+        biggest = self.topology.biggest_numa_nodes_cpus
+        return min(bisect_left(biggest, self.request) + 1, len(self.nodes))
 
     def all_masks(self) -> list[int]:
         """Every mask that is a hint, as the kubelet walks them."""
         nodes = self.nodes
-        free = _subset_sums([self.free[n] for n in nodes])
+        free = subset_sums([self.free[n] for n in nodes])
         held = mask_of(nodes.index(n) for n in self.held)
         wanted = self.wanted
-        fits = [m for m in _kubelet_order(len(nodes)) if free[m] >= wanted and m & held == held]
+        fits = [m for m in kubelet_order(len(nodes)) if free[m] >= wanted and m & held == held]
         if nodes == tuple(range(len(nodes))):
             return fits
         return [mask_of(nodes[i] for i in bits(m)) for m in fits]
@@ -198,9 +190,10 @@ def _min_sockets(topology: CPUTopology, min_affinity: int) -> int:
     return -(-min_affinity // per_socket) if per_socket else 0
 
 
-def _preference(topology: CPUTopology, min_affinity: int,
-                align_by_socket: bool) -> Callable[[int], bool]:
-    min_sockets = _min_sockets(topology, min_affinity) if align_by_socket else 0
+def _socket_aligned_preference(topology: CPUTopology, min_affinity: int) -> Callable[[int], bool]:
+    """With align-by-socket, a mask is also preferred when it spans the socket-aligned number
+    of sockets."""
+    min_sockets = _min_sockets(topology, min_affinity)
 
     def preferred(mask: int) -> bool:
         if min_sockets and len(topology.sockets_of_numa_nodes(bits(mask))) == min_sockets:

@@ -26,7 +26,7 @@ from nri_numa.engine.cpu.distributed import take_distributed
 from nri_numa.engine.cpu.packed import take_packed
 from nri_numa.engine.cpu.topology import CPUTopology, checked_mask, set_of
 
-__all__ = ["CPUAllocationError", "NotEnoughCPUsError", "take_cpus"]
+__all__ = ["CPUAllocationError", "NotEnoughCPUsError", "take_cpu_mask", "take_cpus"]
 
 DISTRIBUTE_ACROSS_NUMA = "distribute-cpus-across-numa"
 DISTRIBUTE_ACROSS_CORES = "distribute-cpus-across-cores"
@@ -45,13 +45,28 @@ def take_cpus(topology: CPUTopology, available: Iterable[int], count: int, *,
     """
     _check_options(count, cpu_group_size, distribute_across_numa, spread_across_cores,
                    align_by_uncore_cache)
+    return set_of(_take(topology, checked_mask(available, "available"), count,
+                        distribute_across_numa, cpu_group_size, spread_across_cores,
+                        align_by_uncore_cache))
+
+
+def take_cpu_mask(topology: CPUTopology, available: int, count: int, *,
+                  distribute_across_numa: bool = False, cpu_group_size: int = 1,
+                  spread_across_cores: bool = False, align_by_uncore_cache: bool = False) -> int:
+    """``take_cpus`` for callers that hold CPU sets as bit masks (bit n = CPU n): the same
+    choice and errors, without converting ``available`` and the answer."""
+    _check_options(count, cpu_group_size, distribute_across_numa, spread_across_cores,
+                   align_by_uncore_cache)
+    return _take(topology, available, count, distribute_across_numa, cpu_group_size,
+                 spread_across_cores, align_by_uncore_cache)
+
+
+def _take(topology: CPUTopology, free: int, count: int, distribute_across_numa: bool,
+          cpu_group_size: int, spread_across_cores: bool, align_by_uncore_cache: bool) -> int:
     strategy = SPREAD if spread_across_cores else PACKED
-    free = checked_mask(available, "available")
     if distribute_across_numa:
-        result = take_distributed(topology, free, count, cpu_group_size, strategy)
-    else:
-        result = take_packed(topology, free, count, strategy, align_by_uncore_cache)
-    return set_of(result)
+        return take_distributed(topology, free, count, cpu_group_size, strategy)
+    return take_packed(topology, free, count, strategy, align_by_uncore_cache)
 
 
 def _check_options(count: int, group: int, numa: bool, cores: bool, uncore: bool) -> None:

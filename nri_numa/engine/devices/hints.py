@@ -22,11 +22,12 @@ fitting no mask. A ``Device`` without NUMA nodes is always the first kind.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections import Counter
+from collections.abc import Collection, Iterable, Sequence
 
-from nri_numa.engine.bitmask import bits, iterate_masks, mask_of
+from nri_numa.engine.bitmask import bits, kubelet_order, subset_sums
 from nri_numa.engine.devices import Resource
-from nri_numa.engine.hints import Hint
+from nri_numa.engine.hints import Hint, hints_of_masks
 
 
 def device_hints(resource: Resource, request: int, numa_nodes: Sequence[int], *,
@@ -72,20 +73,41 @@ def generate_hints(resource: Resource, available: Collection[str], reusable: Col
 
     Unknown ids count as devices without NUMA nodes (the kubelet finds no topology for them).
     """
-    every_device = [mask_of(d.numa_nodes) for d in resource.devices]
-    available_masks = [mask_of(resource.numa_nodes_of(d)) for d in available]
+    # Masks here are over positions in numa_nodes; a device touches a mask through its nodes
+    # that are on the list (one elsewhere touches none), so counts per mask come from a table
+    # over every mask instead of a walk over the devices for each.
+    nodes = tuple(numa_nodes)
+    position = {node: p for p, node in enumerate(nodes)}
+
+    def positions(device_nodes: Collection[int]) -> int:
+        return sum(1 << position[n] for n in device_nodes if n in position)
+
     # The kubelet skips reusable devices without topology here: they neither rule a mask out
     # nor count towards it (they did count in the caller's "enough devices at all" check).
-    placed = [m for m in (mask_of(resource.numa_nodes_of(d)) for d in reusable) if m]
-    min_affinity = len(numa_nodes)
-    fitting: list[int] = []
-    for mask in iterate_masks(numa_nodes):
-        size = mask.bit_count()
-        if size < min_affinity and sum(1 for m in every_device if m & mask) >= request:
-            min_affinity = size
-        if any(not m & mask for m in placed):
-            continue
-        matching = len(placed) + sum(1 for m in available_masks if m & mask)
-        if matching >= request:
-            fitting.append(mask)
-    return [Hint(bits(mask), mask.bit_count() == min_affinity) for mask in fitting]
+    placed = [positions(found) for found in map(resource.numa_nodes_of, reusable) if found]
+    order = kubelet_order(len(nodes))
+    every = _touching((positions(d.numa_nodes) for d in resource.devices), len(nodes))
+    min_affinity = next((m.bit_count() for m in order if every[m] >= request), len(nodes))
+    offered = _touching((positions(resource.numa_nodes_of(d)) for d in available), len(nodes))
+    wanted = request - len(placed)
+    fitting = [m for m in order if offered[m] >= wanted]
+    if placed:
+        fitting = [m for m in fitting if all(p & m for p in placed)]
+    if nodes != tuple(range(len(nodes))):
+        fitting = [sum(1 << nodes[p] for p in bits(m)) for m in fitting]
+    return hints_of_masks(fitting, min_affinity)
+
+
+def _touching(device_masks: Iterable[int], width: int) -> list[int]:
+    """For every mask over ``width`` positions, how many of the devices have a node in it."""
+    masks = [m for m in device_masks if m]
+    if all(m & (m - 1) == 0 for m in masks):
+        # Each device on one node: a mask's count is the sum of its nodes' counts.
+        per_node = [0] * width
+        for m in masks:
+            per_node[m.bit_length() - 1] += 1
+        return subset_sums(per_node)
+    # A device on several nodes touches a mask through any of them: count by distinct masks.
+    groups = Counter(masks)
+    return [sum(count for device, count in groups.items() if device & mask)
+            for mask in range(1 << width)]

@@ -51,41 +51,37 @@ def allocate(state: MemoryState, pod_id: str, container_name: str, request: Mapp
              hint: Hint, *, init_containers: Sequence[InitContainer] = ()) -> MemoryState:
     existing = state.container_blocks(pod_id, container_name)
     if existing is not None:
-        return MemoryState(state.nodes, state.blocks, _reuse_record(
+        return state.derive(state.nodes, pod_id, state.blocks[pod_id], _reuse_record(
             state, pod_id, container_name, init_containers, existing))
     request = requested_resources(request)
     if not request:
         return state
     mask = _placement(state, pod_id, request, hint)
-    nodes = dict(state.nodes)
+    nodes = state.nodes.copy()
     blocks = tuple(Block(mask, r, request[r]) for r in sorted(request))
     for block in blocks:
         reusable = state.reusable_memory(pod_id, mask, block.type)
         reserve_on(nodes, mask, block.type, max(0, block.size - reusable))
-    pod_blocks = dict(state.blocks.get(pod_id, {}))
+    pod_blocks = state.blocks.get(pod_id, {}).copy()
     pod_blocks[container_name] = blocks
     _shrink_init_blocks(pod_blocks, container_name, init_containers, blocks)
-    all_blocks = dict(state.blocks)
-    all_blocks[pod_id] = pod_blocks
-    return MemoryState(nodes, all_blocks,
-                       _reuse_record(state, pod_id, container_name, init_containers, blocks))
+    return state.derive(nodes, pod_id, pod_blocks,
+                        _reuse_record(state, pod_id, container_name, init_containers, blocks))
 
 
 def remove(state: MemoryState, pod_id: str, container_name: str) -> MemoryState:
     blocks = state.container_blocks(pod_id, container_name)
     if blocks is None:
         return state
-    nodes = dict(state.nodes)
+    nodes = state.nodes.copy()
     for block in blocks:
         if not all(n in nodes and block.type in nodes[n].tables for n in block.numa_affinity):
             raise MemoryStateError(f"(pod: {pod_id}, container: {container_name}) holds "
                                    f"{block.type} on NUMA nodes {list(block.numa_affinity)}, "
                                    "which the machine state does not have")
         release_on(nodes, block.numa_affinity, block.type, block.size)
-    all_blocks = dict(state.blocks)
-    all_blocks[pod_id] = {name: bs for name, bs in state.blocks[pod_id].items()
-                          if name != container_name}
-    return MemoryState(nodes, all_blocks, state.reusable)
+    pod_blocks = {name: bs for name, bs in state.blocks[pod_id].items() if name != container_name}
+    return state.derive(nodes, pod_id, pod_blocks, state.reusable)
 
 
 # --- choosing the mask ------------------------------------------------------------------------
@@ -101,7 +97,7 @@ def _placement(state: MemoryState, pod_id: str, request: Mapping[str, int], hint
             raise MemoryAllocationError("[memorymanager] failed to find the default preferred hint")
         best = default
     mask = tuple(sorted(best.affinity))
-    unknown = sorted(set(mask) - set(state.nodes))
+    unknown = [n for n in mask if n not in state.nodes]
     if unknown:
         raise MemoryAllocationError(f"[memorymanager] the hint names NUMA nodes {unknown} that "
                                     "the machine state does not have")

@@ -15,10 +15,13 @@
 * ``best_hint`` — the kubelet's pick among hints: preferred first, then the narrowest mask, the
   earliest on ties.
 
-Hint generation looks at every mask, 2**n - 1 of them for n NUMA nodes, building each mask's
-sums from a smaller mask's: a few milliseconds for the kubelet's limit of 8 nodes, about a second
-and a half for 16. Past that the list itself is the problem (on an empty 32-node machine every
-mask fits a small request). The way out is structural: apart from single nodes and the groups
+Hint generation looks at every mask, 2**n - 1 of them for n NUMA nodes. Which masks could hold a
+request on an empty machine depends on the machine alone and is kept with the state's
+``capacity``; free memory per mask comes from a table of sums over every mask, and the group rules
+are checked one by one only on the few groups already formed. On an empty machine that is about
+0.1 ms for the kubelet's limit of 8 nodes, 1 ms for 12, half a second for 16 (mostly making its
+65,535 hints). Past that the list itself is the problem (on an empty 32-node machine every mask
+fits a small request). The way out is structural: apart from single nodes and the groups
 already formed (a handful of masks), every hint is a set of unused nodes whose free memory covers
 the request, and adding an unused node never uncovers it, so those hints are exactly the supersets
 (within the unused nodes) of the minimal covering sets. A provider for large machines would hand
@@ -33,8 +36,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from nri_numa.engine.bitmask import bits, is_narrower, iterate_masks
-from nri_numa.engine.hints import Hint
+from nri_numa.engine.bitmask import bits, is_narrower, mask_of, subset_sums
+from nri_numa.engine.hints import Hint, hints_of_masks
 from nri_numa.engine.memory.resources import MEMORY, requested_resources
 from nri_numa.engine.memory.state import Block, Mask, MemoryState, NodeState
 
@@ -44,42 +47,42 @@ HintMap = dict[str, list[Hint]]
 def memory_hints(state: MemoryState, pod_id: str, request: Mapping[str, int]) -> HintMap:
     """Hints for placing ``request`` for a container (or whole pod) of ``pod_id``."""
     request = requested_resources(request)
-    node_ids = list(state.nodes)  # ascending
     resources = sorted(request)
-    # Masks here are over positions in node_ids, so that a mask's sums are those of the mask
-    # without its lowest node, which iterate_masks has always produced before, plus that node's.
-    per_node = [[_amounts(state.nodes[n], r) for n in node_ids] for r in resources]
-    sums = [[(0, 0)] * (1 << len(node_ids)) for _ in resources]
-    needed = [request[r] for r in resources]
-    groups = _GroupRules(state, node_ids)
-    reusable = {_positions_mask(node_ids, mask): sizes
-                for mask, sizes in state.reusable.get(pod_id, {}).items()
-                if set(mask) <= set(state.nodes)}
-    min_affinity = len(node_ids)
-    masks: list[int] = []
-    for mask in iterate_masks(range(len(node_ids))):
-        rest, low = mask & (mask - 1), (mask & -mask).bit_length() - 1
-        fits_ever = fits_now = True
-        for i, need in enumerate(needed):
-            allocatable, free = sums[i][rest]
-            node_allocatable, node_free = per_node[i][low]
-            sums[i][mask] = (allocatable + node_allocatable, free + node_free)
-            fits_ever = fits_ever and allocatable + node_allocatable >= need
-            fits_now = fits_now and free + node_free >= need
-        if not fits_ever:
-            continue
-        # measured before the group and free-memory filters: what an empty machine could do
-        min_affinity = min(min_affinity, mask.bit_count())
-        if not groups.allow(mask):
-            continue
-        if fits_now or (mask in reusable and all(
-                sums[i][mask][1] + reusable[mask].get(r, 0) >= need
-                for i, (r, need) in enumerate(zip(resources, needed, strict=False)))):
-            masks.append(mask)
+    capacity = state.capacity
+    node_ids = capacity.node_ids
+    # Masks here are over positions in node_ids. Which could hold the request on an empty
+    # machine depends on the machine alone, and is kept with its capacity.
+    could_fit = capacity.masks_that_could_fit(tuple((r, request[r]) for r in resources))
+    if not could_fit:
+        return {}
+    min_affinity = could_fit[0].bit_count()  # the order is by size first
+    nodes = list(state.nodes.values())  # in node_ids order: the capacity was made from them
+    free = {r: subset_sums([node.tables[r].free if r in node.tables else 0 for node in nodes])
+            for r in resources}
+    fits_now: Sequence[int] = could_fit
+    for r in resources:
+        sums, needed = free[r], request[r]
+        fits_now = [m for m in fits_now if sums[m] >= needed]
+    reusable = _reusable_by_position(state, pod_id, node_ids)
+    if reusable:
+        now = set(fits_now)
+        fits_now = [m for m in could_fit if m in now or (m in reusable and all(
+            free[r][m] + reusable[m].get(r, 0) >= request[r] for r in resources))]
+    masks = _GroupRules(nodes, node_ids).filter(fits_now)
     if not masks:
         return {}
-    hints = [Hint([node_ids[p] for p in bits(m)], m.bit_count() == min_affinity) for m in masks]
+    if not capacity.ids_are_positions:
+        masks = [mask_of(node_ids[p] for p in bits(m)) for m in masks]
+    hints = hints_of_masks(masks, min_affinity)
     return {r: list(hints) for r in resources}
+
+
+def _reusable_by_position(state: MemoryState, pod_id: str,
+                          node_ids: Sequence[int]) -> dict[int, Mapping[str, int]]:
+    """What this pod's finished init containers left, per mask over positions."""
+    return {_positions_mask(node_ids, mask): sizes
+            for mask, sizes in state.reusable.get(pod_id, {}).items()
+            if set(mask) <= set(state.nodes)}
 
 
 def container_hints(state: MemoryState, pod_id: str, container_name: str,
@@ -135,12 +138,6 @@ def lead_resource(request: Mapping[str, int]) -> str:
     return MEMORY if MEMORY in request else min(request)
 
 
-def _amounts(node: NodeState, resource: str) -> tuple[int, int]:
-    """(allocatable, free); a node without the resource (a hugepage size it lacks) has none."""
-    table = node.tables.get(resource)
-    return (table.allocatable, table.free) if table else (0, 0)
-
-
 def _positions_mask(node_ids: Sequence[int], nodes: Mask) -> int:
     return sum(1 << node_ids.index(n) for n in nodes)
 
@@ -149,13 +146,17 @@ class _GroupRules:
     """Which masks (over positions) respect the groups already formed: a node used alone never
     joins a multi-node mask, a grouped node is only used with exactly its group."""
 
-    def __init__(self, state: MemoryState, node_ids: Sequence[int]) -> None:
-        nodes = [state.nodes[n] for n in node_ids]
-        self.grouped = sum(1 << p for p, node in enumerate(nodes) if len(node.cells) > 1)
-        self.used_alone = sum(1 << p for p, node in enumerate(nodes)
-                              if node.assignments > 0 and len(node.cells) == 1)
-        self.used_group = {p: _positions_mask(node_ids, node.cells) for p, node in enumerate(nodes)
-                           if node.assignments > 0 and len(node.cells) > 1}
+    def __init__(self, nodes: Sequence[NodeState], node_ids: Sequence[int]) -> None:
+        """``nodes``: the states of ``node_ids``, in that order."""
+        self.grouped = self.used_alone = 0
+        self.used_group: dict[int, int] = {}  # position of a used grouped node → its group
+        for p, node in enumerate(nodes):
+            if len(node.cells) > 1:
+                self.grouped |= 1 << p
+                if node.assignments > 0:
+                    self.used_group[p] = _positions_mask(node_ids, node.cells)
+            elif node.assignments > 0:
+                self.used_alone |= 1 << p
         self.used = sum(1 << p for p in self.used_group) | self.used_alone
 
     def allow(self, mask: int) -> bool:
@@ -166,3 +167,12 @@ class _GroupRules:
         if mask & self.used_alone:
             return False
         return all(self.used_group[p] == mask for p in bits(mask & self.used))
+
+    def filter(self, masks: Sequence[int]) -> list[int]:
+        """The masks ``allow`` lets through, in their order, without asking it mask by mask: a
+        multi-node mask touching a used node passes only if it is that node's group, so those
+        that pass are the masks of no used node and the few groups ``allow`` accepts."""
+        grouped, used = self.grouped, self.used
+        groups = {g for g in self.used_group.values() if self.allow(g)}
+        return [m for m in masks
+                if (not m & used or m in groups if m & (m - 1) else not m & grouped)]

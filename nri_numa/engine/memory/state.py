@@ -23,11 +23,13 @@ Operations never change a state: ``allocate``/``remove`` (allocate.py) return a 
 
 from __future__ import annotations
 
-from collections.abc import Mapping, MutableMapping
-from dataclasses import dataclass, field, replace
+from collections.abc import Mapping, MutableMapping, Sequence
+from dataclasses import dataclass, field
+from functools import cached_property, lru_cache
 from types import MappingProxyType
 from typing import Any
 
+from nri_numa.engine.bitmask import kubelet_order, subset_sums
 from nri_numa.engine.memory.resources import MEMORY, hugepage_resource_name, is_memory_resource
 from nri_numa.engine.quantity import format_binary
 from nri_numa.topology.model import Topology
@@ -55,10 +57,12 @@ class MemoryTable:
     free: int
 
     def take(self, amount: int) -> MemoryTable:
-        return replace(self, reserved=self.reserved + amount, free=self.free - amount)
+        return MemoryTable(self.total, self.system_reserved, self.allocatable,
+                           self.reserved + amount, self.free - amount)
 
     def give_back(self, amount: int) -> MemoryTable:
-        return replace(self, reserved=self.reserved - amount, free=self.free + amount)
+        return MemoryTable(self.total, self.system_reserved, self.allocatable,
+                           self.reserved - amount, self.free + amount)
 
 
 @dataclass(frozen=True)
@@ -94,10 +98,35 @@ class MemoryState:
         object.__setattr__(self, "blocks", MappingProxyType({
             pod: MappingProxyType({name: tuple(bs) for name, bs in containers.items()})
             for pod, containers in self.blocks.items() if containers}))
-        object.__setattr__(self, "reusable", MappingProxyType({
-            pod: MappingProxyType({tuple(sorted(mask)): MappingProxyType(dict(sizes))
-                                   for mask, sizes in masks.items()})
-            for pod, masks in self.reusable.items()}))
+        object.__setattr__(self, "reusable", _normalised_reusable(self.reusable))
+
+    @cached_property
+    def capacity(self) -> MachineCapacity:
+        """What no allocation changes; ``derive`` hands it on to the states made from this one."""
+        return MachineCapacity(self.nodes)
+
+    def derive(self, nodes: Mapping[int, NodeState], pod_id: str,
+               pod_blocks: Mapping[str, tuple[Block, ...]],
+               reusable: Mapping[str, Mapping[Mask, Mapping[str, int]]]) -> MemoryState:
+        """This state after an allocation or a removal: ``nodes`` with the same ids in the same
+        order and the same allocatable memory (only reserved and free memory, cells and
+        assignments change), ``pod_id``'s blocks replaced by ``pod_blocks``, and ``reusable``.
+
+        The same value the constructor would build, but only the parts that changed are
+        normalised (the constructor re-wraps every pod's blocks), and the capacity is shared.
+        """
+        blocks = self.blocks.copy()  # the view's dict, copied at C speed
+        if pod_blocks:
+            blocks[pod_id] = MappingProxyType({name: tuple(bs) for name, bs in pod_blocks.items()})
+        else:
+            blocks.pop(pod_id, None)
+        derived = object.__new__(MemoryState)
+        derived.__dict__.update(nodes=MappingProxyType(dict(nodes)),
+                                blocks=MappingProxyType(blocks),
+                                reusable=_normalised_reusable(reusable))
+        if "capacity" in self.__dict__:
+            derived.__dict__["capacity"] = self.capacity
+        return derived
 
     @classmethod
     def from_topology(cls, topology: Topology, reserved_memory: ReservedMemory) -> MemoryState:
@@ -148,6 +177,52 @@ class MemoryState:
     @classmethod
     def from_dict(cls, data: Any) -> MemoryState:
         return _StateReader().read(data)
+
+
+def _normalised_reusable(reusable: Mapping[str, Mapping[Mask, Mapping[str, int]]]
+                         ) -> Mapping[str, Mapping[Mask, Mapping[str, int]]]:
+    return MappingProxyType({
+        pod: MappingProxyType({tuple(sorted(mask)): MappingProxyType(dict(sizes))
+                               for mask, sizes in masks.items()})
+        for pod, masks in reusable.items()})
+
+
+_KEPT_WIDTH = 8  # the memory provider's exact hints stop here (bounded_hints.EXACT_NODE_LIMIT)
+
+
+class MachineCapacity:
+    """The machine's NUMA node ids (ascending) and each resource's allocatable memory per node:
+    what no allocation changes, so every state derived from one machine state shares one.
+
+    Masks here are over positions in ``node_ids`` (bit i = ``node_ids[i]``).
+    """
+
+    def __init__(self, nodes: Mapping[int, NodeState]) -> None:
+        self.node_ids = tuple(nodes)
+        self.ids_are_positions = self.node_ids == tuple(range(len(self.node_ids)))
+        self._allocatable = {
+            resource: tuple(node.tables[resource].allocatable if resource in node.tables else 0
+                            for node in nodes.values())
+            for resource in {r for node in nodes.values() for r in node.tables}}
+        # One answer per distinct request (bounded: requests come in many sizes over time), on
+        # machines small enough that the provider lists every mask on every admission.
+        self._kept_masks_that_could_fit = lru_cache(maxsize=128)(self._masks_that_could_fit)
+
+    def masks_that_could_fit(self, request: tuple[tuple[str, int], ...]) -> tuple[int, ...]:
+        """The masks, in ``iterate_masks`` order, whose allocatable memory holds every
+        (resource, bytes) of ``request``: those that could fit on an empty machine."""
+        if len(self.node_ids) > _KEPT_WIDTH:
+            return self._masks_that_could_fit(request)
+        return self._kept_masks_that_could_fit(request)
+
+    def _masks_that_could_fit(self, request: tuple[tuple[str, int], ...]) -> tuple[int, ...]:
+        width = len(self.node_ids)
+        masks: Sequence[int] = kubelet_order(width)
+        for resource, needed in request:
+            per_node = self._allocatable.get(resource, (0,) * width)
+            sums = subset_sums(per_node)
+            masks = [m for m in masks if sums[m] >= needed]
+        return tuple(masks)
 
 
 def restore(stored: MemoryState, default: MemoryState) -> MemoryState:
@@ -216,12 +291,12 @@ def reserve_on(nodes: MutableMapping[int, NodeState], mask: Mask, resource: str,
     of ``resource`` from their free memory in ascending node order."""
     for node_id in mask:
         node = nodes[node_id]
-        tables = dict(node.tables)
+        tables = node.tables.copy()
         if amount > 0 and tables[resource].free > 0:
             taken = min(amount, tables[resource].free)
             tables[resource] = tables[resource].take(taken)
             amount -= taken
-        nodes[node_id] = NodeState(tables=tables, cells=mask, assignments=node.assignments + 1)
+        nodes[node_id] = _node(tables, mask, node.assignments + 1)
 
 
 def release_on(nodes: MutableMapping[int, NodeState], mask: Mask, resource: str,
@@ -230,14 +305,22 @@ def release_on(nodes: MutableMapping[int, NodeState], mask: Mask, resource: str,
     and give ``amount`` back from their reserved memory in ascending node order."""
     for node_id in mask:
         node = nodes[node_id]
-        tables = dict(node.tables)
+        tables = node.tables.copy()
         if amount > 0 and tables[resource].reserved > 0:
             given = min(amount, tables[resource].reserved)
             tables[resource] = tables[resource].give_back(given)
             amount -= given
         assignments = node.assignments - 1
         cells = (node_id,) if assignments == 0 else node.cells
-        nodes[node_id] = NodeState(tables=tables, cells=cells, assignments=assignments)
+        nodes[node_id] = _node(tables, cells, assignments)
+
+
+def _node(tables: dict[str, MemoryTable], cells: Mask, assignments: int) -> NodeState:
+    """``NodeState(tables, cells, assignments)`` for a fresh ``tables`` dict and sorted
+    ``cells``, as ``__post_init__`` would leave them, without copying them again."""
+    node = object.__new__(NodeState)
+    node.__dict__.update(tables=MappingProxyType(tables), cells=cells, assignments=assignments)
+    return node
 
 
 def _replay(nodes: dict[int, NodeState], pod: str, container: str, block: Block) -> None:

@@ -7,9 +7,10 @@ this provider has no preference and allocates nothing.
 
 from __future__ import annotations
 
-from nri_numa.engine.allocations import Allocations, ContainerAllocation
+from nri_numa.engine.allocations import Allocations
 from nri_numa.engine.context import EngineContext
-from nri_numa.engine.cpu import CPUAllocationError, cpu_hints, take_cpus
+from nri_numa.engine.cpu import (CPUAllocationError, checked_mask, cpu_hints_for_masks, set_of,
+                                 take_cpu_mask)
 from nri_numa.engine.hints import Hint
 from nri_numa.engine.providers import AllocationFailure, ProviderHints, ResourceDemand
 from nri_numa.engine.request import (ContainerKind, ContainerRequest, PodRequest,
@@ -30,9 +31,9 @@ class CpuProvider:
         if held:
             if len(held) != request:
                 return {CPU: []}
-            return {CPU: _hints(ctx, held, frozenset(), request)}
-        return {CPU: _hints(ctx, _available(ctx, allocs), allocs.pod(pod.uid).reusable_cpus,
-                            request)}
+            return {CPU: _hints(ctx, checked_mask(held, "held"), 0, request)}
+        reusable = checked_mask(allocs.pod(pod.uid).reusable_cpus, "reusable")
+        return {CPU: _hints(ctx, _available(ctx, allocs), reusable, request)}
 
     def pod_hints(self, ctx: EngineContext, allocs: Allocations,
                   pod: PodRequest) -> ProviderHints:
@@ -47,8 +48,8 @@ class CpuProvider:
                     return {CPU: []}
                 collected |= held
         if len(collected) == request:
-            return {CPU: _hints(ctx, collected, frozenset(), request)}
-        reusable = allocs.pod(pod.uid).reusable_cpus | collected
+            return {CPU: _hints(ctx, checked_mask(collected, "held"), 0, request)}
+        reusable = checked_mask(allocs.pod(pod.uid).reusable_cpus | collected, "reusable")
         return {CPU: _hints(ctx, _available(ctx, allocs), reusable, request)}
 
     def allocate(self, ctx: EngineContext, allocs: Allocations, pod: PodRequest,
@@ -60,20 +61,23 @@ class CpuProvider:
         if options.full_pcpus_only:
             _check_smt_alignment(ctx, allocs, count)
         pod_alloc = allocs.pod(pod.uid)
-        allocatable = _available(ctx, allocs) | pod_alloc.reusable_cpus
         try:
-            cpus = _take_aligned(ctx, allocatable, count, hint)
+            allocatable = _available(ctx, allocs) | checked_mask(pod_alloc.reusable_cpus,
+                                                                 "reusable")
+            taken = _take_aligned(ctx, allocatable, count, hint)
         except (CPUAllocationError, ValueError) as e:
             raise AllocationFailure(CPU, "UnexpectedAdmissionError", str(e)) from None
+        cpus = set_of(taken)
         reusable = pod_alloc.reusable_cpus
         if container.kind is ContainerKind.INIT:
             reusable |= cpus
         else:
             reusable -= cpus
-        entry = pod_alloc.containers.get(container.name) or ContainerAllocation()
+        entry = pod_alloc.entry(container.name)
         pod_alloc = pod_alloc.with_container(
             container.name, entry.with_exclusive_cpus(cpus)).with_reusable_cpus(reusable)
-        return allocs.with_pod(pod.uid, pod_alloc).with_shared(allocs.shared - cpus)
+        return allocs.with_pod(pod.uid, pod_alloc).with_shared(
+            allocs.shared - cpus, allocs.shared_mask & ~taken)
 
     def release(self, ctx: EngineContext, allocs: Allocations, pod_id: str,
                 container_name: str) -> Allocations:
@@ -85,7 +89,8 @@ class CpuProvider:
         pod_alloc = pod_alloc.with_container(
             container_name, entry.with_exclusive_cpus(frozenset())).with_reusable_cpus(
             pod_alloc.reusable_cpus - freed)
-        return allocs.with_pod(pod_id, pod_alloc).with_shared(allocs.shared | freed)
+        return allocs.with_pod(pod_id, pod_alloc).with_shared(
+            allocs.shared | freed, allocs.shared_mask | checked_mask(freed, "freed"))
 
     def demands(self, ctx: EngineContext, allocs: Allocations, pod: PodRequest,
                 container: ContainerRequest | None) -> list[ResourceDemand]:
@@ -94,9 +99,11 @@ class CpuProvider:
         count = guaranteed_cpus(pod, container) if container else pod_guaranteed_cpus(pod)
         if count == 0:
             return []
-        available = _available(ctx, allocs) | allocs.pod(pod.uid).reusable_cpus
+        available = _available(ctx, allocs) | checked_mask(allocs.pod(pod.uid).reusable_cpus,
+                                                           "reusable")
         return [ResourceDemand(CPU, f"{count} exclusive CPUs", {
-            n: f"{len(available & ctx.cpus.cpus_in_numa_nodes([n]))} CPUs" for n in ctx.numa_ids})]
+            n: f"{(available & ctx.cpus.numa_nodes_mask([n])).bit_count()} CPUs"
+            for n in ctx.numa_ids})]
 
 
 def _held(allocs: Allocations, pod_id: str, name: str) -> frozenset[int]:
@@ -104,38 +111,39 @@ def _held(allocs: Allocations, pod_id: str, name: str) -> frozenset[int]:
     return entry.exclusive_cpus if entry else frozenset()
 
 
-def _available(ctx: EngineContext, allocs: Allocations) -> frozenset[int]:
-    return allocs.shared - ctx.reserved_cpus
+# CPU sets below are bit masks (bit n = CPU n): the pool is one already (``shared_mask``), and
+# the algorithms take and give masks.
+
+def _available(ctx: EngineContext, allocs: Allocations) -> int:
+    return allocs.shared_mask & ~ctx.reserved_mask
 
 
-def _hints(ctx: EngineContext, available: frozenset[int], reusable: frozenset[int],
-           request: int) -> list[Hint]:
-    return cpu_hints(ctx.cpus, available, reusable, request,
-                     align_by_socket=ctx.config.cpu_options.align_by_socket) or []
+def _hints(ctx: EngineContext, available: int, reusable: int, request: int) -> list[Hint]:
+    return cpu_hints_for_masks(ctx.cpus, available, reusable, request,
+                               align_by_socket=ctx.config.cpu_options.align_by_socket) or []
 
 
-def _take(ctx: EngineContext, available: frozenset[int], count: int) -> frozenset[int]:
+def _take(ctx: EngineContext, available: int, count: int) -> int:
     options = ctx.config.cpu_options
-    return take_cpus(ctx.cpus, available, count,
-                     distribute_across_numa=options.distribute_cpus_across_numa,
-                     cpu_group_size=ctx.cpus.cpus_per_core if options.full_pcpus_only else 1,
-                     spread_across_cores=options.distribute_cpus_across_cores,
-                     align_by_uncore_cache=options.prefer_align_cpus_by_uncorecache)
+    return take_cpu_mask(ctx.cpus, available, count,
+                         distribute_across_numa=options.distribute_cpus_across_numa,
+                         cpu_group_size=ctx.cpus.cpus_per_core if options.full_pcpus_only else 1,
+                         spread_across_cores=options.distribute_cpus_across_cores,
+                         align_by_uncore_cache=options.prefer_align_cpus_by_uncorecache)
 
 
-def _take_aligned(ctx: EngineContext, allocatable: frozenset[int], count: int,
-                  hint: Hint) -> frozenset[int]:
+def _take_aligned(ctx: EngineContext, allocatable: int, count: int, hint: Hint) -> int:
     """As many CPUs as fit on the hint's NUMA nodes (or their sockets), the rest anywhere."""
-    result: frozenset[int] = frozenset()
+    result = 0
     if hint.affinity is not None:
         if ctx.config.cpu_options.align_by_socket:
             sockets = ctx.cpus.sockets_of_numa_nodes(hint.affinity)
-            aligned = allocatable & ctx.cpus.cpus_in_sockets(sockets)
+            aligned = allocatable & ctx.cpus.sockets_mask(sockets)
         else:
-            aligned = allocatable & ctx.cpus.cpus_in_numa_nodes(hint.affinity)
-        result = _take(ctx, aligned, min(count, len(aligned)))
-    if len(result) < count:
-        result |= _take(ctx, allocatable - result, count - len(result))
+            aligned = allocatable & ctx.cpus.numa_nodes_mask(hint.affinity)
+        result = _take(ctx, aligned, min(count, aligned.bit_count()))
+    if result.bit_count() < count:
+        result |= _take(ctx, allocatable & ~result, count - result.bit_count())
     return result
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import replace
 
-from nri_numa.engine.allocations import Allocations, ContainerAllocation
+from nri_numa.engine.allocations import Allocations
 from nri_numa.engine.bounded_hints import EXACT_NODE_LIMIT, Demand, bounded_hints
 from nri_numa.engine.context import GPU_RESOURCE, EngineContext
 from nri_numa.engine.devices import Resource
@@ -33,6 +33,8 @@ class DeviceProvider:
 
     def container_hints(self, ctx: EngineContext, allocs: Allocations, pod: PodRequest,
                         container: ContainerRequest) -> ProviderHints:
+        if not container.devices and not container.device_numa_hints:
+            return None
         hints: dict[str, list[Hint] | None] = _held_hints(container)
         pod_alloc = allocs.pod(pod.uid)
         entry = pod_alloc.containers.get(container.name)
@@ -72,8 +74,10 @@ class DeviceProvider:
 
     def allocate(self, ctx: EngineContext, allocs: Allocations, pod: PodRequest,
                  container: ContainerRequest, hint: Hint) -> Allocations:
+        if not container.devices:
+            return allocs
         pod_alloc = allocs.pod(pod.uid)
-        entry = pod_alloc.containers.get(container.name) or ContainerAllocation()
+        entry = pod_alloc.entry(container.name)
         given = dict(entry.devices)
         reusable = dict(pod_alloc.reusable_devices)
         for name, count in sorted(container.devices.items()):

@@ -10,10 +10,9 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from nri_numa.engine.allocations import Allocations, ContainerAllocation
+from nri_numa.engine.allocations import Allocations
 from nri_numa.engine.context import EngineContext
 from nri_numa.engine.hints import Hint
-from nri_numa.engine.merge import merge_hints
 from nri_numa.engine.providers import AllocationFailure, Provider, ProviderHints
 from nri_numa.engine.request import ContainerRequest, PodRequest
 
@@ -46,8 +45,7 @@ class ScopeRun:
 
     def merge(self, subject: str, ask: Callable[[Provider], ProviderHints]) -> Hint:
         hints = tuple((p.name, ask(p)) for p in self.providers)
-        merged, admitted = merge_hints(self.policy, self.ctx.numa_ids, [h for _, h in hints],
-                                       distances=self.ctx.distances, options=self.ctx.merge_options)
+        merged, admitted = self.ctx.machine_merge.merge(self.policy, [h for _, h in hints])
         self.steps.append(MergeStep(subject, hints, merged, admitted))
         if not admitted:
             raise Refused(None if subject == "pod" else subject, "TopologyAffinityError",
@@ -57,7 +55,7 @@ class ScopeRun:
     def place(self, allocs: Allocations, pod: PodRequest, container: ContainerRequest,
               hint: Hint) -> Allocations:
         pod_alloc = allocs.pod(pod.uid)
-        entry = pod_alloc.containers.get(container.name) or ContainerAllocation()
+        entry = pod_alloc.entry(container.name)
         allocs = allocs.with_pod(pod.uid, pod_alloc.with_container(
             container.name, entry.with_hint(hint)))
         for provider in self.providers:
