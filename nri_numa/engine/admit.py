@@ -41,7 +41,8 @@ def admit(ctx: EngineContext, allocs: Allocations, pod: PodRequest,
     except AnnotationError as e:
         rejection = Rejection(None, "InvalidAnnotation", str(e), str(ctx.config.topology_manager_policy))
         return Admission(Decision(pod.uid, str(ctx.config.topology_manager_policy),
-                                  str(ctx.config.topology_manager_scope), rejection=rejection), allocs)
+                                  str(ctx.config.topology_manager_scope), rejection=rejection,
+                                  shared_pool=allocs.shared), allocs)
     policy, scope = chosen.policy, chosen.scope
     names = None if containers is None else set(containers)
     if names is not None and (unknown := names - {c.name for c in pod.containers}):

@@ -28,7 +28,7 @@ assignment leaves its group). Removing an unknown container returns the state un
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from nri_numa.engine.hints import Hint
 from nri_numa.engine.memory.hints import best_hint, lead_resource, memory_hints
@@ -47,8 +47,14 @@ class MemoryAllocationError(Exception):
     """The container's memory cannot be placed; the message is the kubelet's."""
 
 
+HintSource = Callable[[MemoryState, str, Mapping[str, int]], Mapping[str, list[Hint]]]
+
+
 def allocate(state: MemoryState, pod_id: str, container_name: str, request: Mapping[str, int],
-             hint: Hint, *, init_containers: Sequence[InitContainer] = ()) -> MemoryState:
+             hint: Hint, *, init_containers: Sequence[InitContainer] = (),
+             hints_for: HintSource = memory_hints) -> MemoryState:
+    """``hints_for`` gives the hints a default or extended placement is chosen from: the
+    kubelet's exact ``memory_hints`` unless the caller bounds them (machines past 8 nodes)."""
     existing = state.container_blocks(pod_id, container_name)
     if existing is not None:
         return state.derive(state.nodes, pod_id, state.blocks[pod_id], _reuse_record(
@@ -56,7 +62,7 @@ def allocate(state: MemoryState, pod_id: str, container_name: str, request: Mapp
     request = requested_resources(request)
     if not request:
         return state
-    mask = _placement(state, pod_id, request, hint)
+    mask = _placement(state, pod_id, request, hint, hints_for)
     nodes = state.nodes.copy()
     blocks = tuple(Block(mask, r, request[r]) for r in sorted(request))
     for block in blocks:
@@ -86,10 +92,11 @@ def remove(state: MemoryState, pod_id: str, container_name: str) -> MemoryState:
 
 # --- choosing the mask ------------------------------------------------------------------------
 
-def _placement(state: MemoryState, pod_id: str, request: Mapping[str, int], hint: Hint) -> Mask:
+def _placement(state: MemoryState, pod_id: str, request: Mapping[str, int], hint: Hint,
+               hints_for: HintSource) -> Mask:
     best = hint
     if hint.affinity is None:
-        default = best_hint(memory_hints(state, pod_id, request).get(lead_resource(request), []))
+        default = best_hint(hints_for(state, pod_id, request).get(lead_resource(request), []))
         if default is None:
             raise MemoryAllocationError("[memorymanager] failed to get the default NUMA affinity, "
                                         "no NUMA nodes with enough memory is available")
@@ -102,7 +109,7 @@ def _placement(state: MemoryState, pod_id: str, request: Mapping[str, int], hint
         raise MemoryAllocationError(f"[memorymanager] the hint names NUMA nodes {unknown} that "
                                     "the machine state does not have")
     if not _fits(state, mask, request) or _lone_member_of_group(state, mask):
-        extended = _extension(state, pod_id, request, mask)
+        extended = _extension(state, pod_id, request, mask, hints_for)
         if not extended.preferred and best.preferred:
             raise MemoryAllocationError("[memorymanager] failed to find the extended preferred "
                                         "hint")
@@ -131,9 +138,10 @@ def _lone_member_of_group(state: MemoryState, mask: Mask) -> bool:
     return len(mask) == 1 and len(state.nodes[mask[0]].cells) > 1
 
 
-def _extension(state: MemoryState, pod_id: str, request: Mapping[str, int], mask: Mask) -> Hint:
+def _extension(state: MemoryState, pod_id: str, request: Mapping[str, int], mask: Mask,
+               hints_for: HintSource) -> Hint:
     """The best hint whose mask holds ``mask``: the topology manager may have narrowed ours."""
-    hints = memory_hints(state, pod_id, request).get(lead_resource(request), [])
+    hints = hints_for(state, pod_id, request).get(lead_resource(request), [])
     wider = best_hint([h for h in hints if set(mask) <= h.affinity])
     if wider is None:
         raise MemoryAllocationError("[memorymanager] failed to find NUMA nodes to extend the "
@@ -157,7 +165,9 @@ def _is_regular_init(container_name: str, init_containers: Sequence[InitContaine
 def _reuse_record(state: MemoryState, pod_id: str, container_name: str,
                   init_containers: Sequence[InitContainer], blocks: Sequence[Block]
                   ) -> dict[str, dict[Mask, dict[str, int]]]:
-    """The reuse record after this container: only ``pod_id``'s entry survives."""
+    """The reuse record after this container. Unlike the kubelet, other pods' entries are kept:
+    through NRI the containers of different pods are admitted interleaved, and each pod's entry
+    goes when the pod is released (providers/memory.py)."""
     record = {mask: dict(sizes) for mask, sizes in state.reusable.get(pod_id, {}).items()}
     regular_init = _is_regular_init(container_name, init_containers)
     for block in blocks:
@@ -167,7 +177,8 @@ def _reuse_record(state: MemoryState, pod_id: str, container_name: str,
             record.setdefault(block.numa_affinity, {})[block.type] = max(left, block.size)
         elif left:
             record[block.numa_affinity][block.type] = max(0, left - block.size)
-    return {pod_id: record} if record else {}
+    others = {p: r for p, r in state.reusable.items() if p != pod_id}
+    return {**others, pod_id: record} if record else others
 
 
 def _shrink_init_blocks(pod_blocks: dict[str, tuple[Block, ...]], container_name: str,

@@ -67,6 +67,11 @@ class CpuProvider:
             taken = _take_aligned(ctx, allocatable, count, hint)
         except (CPUAllocationError, ValueError) as e:
             raise AllocationFailure(CPU, "UnexpectedAdmissionError", str(e)) from None
+        if not allocs.shared_mask & ~taken:
+            # Burstable and BestEffort containers run on the shared pool: it must keep a CPU.
+            raise AllocationFailure(CPU, "UnexpectedAdmissionError",
+                                    f"not enough cpus available to satisfy request: taking {count} "
+                                    f"exclusive CPUs would leave the shared pool empty")
         cpus = set_of(taken)
         reusable = pod_alloc.reusable_cpus
         if container.kind is ContainerKind.INIT:

@@ -54,7 +54,8 @@ class MemoryProvider:
                  for c in pod.init_containers]
         try:
             state = memory.allocate(state, pod.uid, container.name, request, hint,
-                                    init_containers=inits)
+                                    init_containers=inits,
+                                    hints_for=lambda st, pod_id, req: _hints(ctx, st, pod_id, req))
         except (memory.MemoryAllocationError, memory.MemoryRequestError) as e:
             raise AllocationFailure("memory", "UnexpectedAdmissionError", str(e)) from None
         return allocs.with_memory(state)

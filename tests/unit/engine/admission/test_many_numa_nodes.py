@@ -77,11 +77,6 @@ def test_memory_that_fits_no_node_any_more_is_refused_on_16_nodes():
     assert refused.allocations is allocs
 
 
-@pytest.mark.xfail(strict=True, raises=OverflowError, reason="on 64 nodes, with no topology "
-                   "policy (the default) every Static memory allocation picks its default hint "
-                   "with the exact memory_hints, which sizes a list by 2**64: admit raises "
-                   "OverflowError (memory/allocate.py, reached from providers/memory.py "
-                   "allocate); on 16 nodes the same path takes ~0.5 s a container")
 def test_static_memory_without_a_topology_policy_on_64_nodes():
     ctx = context(SIXTY_FOUR, memoryManagerPolicy="Static",
                   reservedMemory=[{"numaNode": 0, "limits": {"memory": "1Gi"}}])
@@ -90,11 +85,6 @@ def test_static_memory_without_a_topology_policy_on_64_nodes():
     assert len(placement.mems) == 1
 
 
-@pytest.mark.xfail(strict=True, raises=OverflowError, reason="on 64 nodes, memory that does not "
-                   "fit the merged hint makes the memory allocation extend the hint with the "
-                   "exact memory_hints, which sizes a list by 2**64: admit raises OverflowError "
-                   "instead of refusing (memory/allocate.py _extension, reached from "
-                   "providers/memory.py allocate)")
 def test_memory_that_fits_no_node_any_more_is_refused_on_64_nodes():
     ctx, allocs = fill_one_pod_per_node(SIXTY_FOUR, "0,512", 16)
     refused = admit(ctx, allocs, guaranteed_pod("one-more", "1", "24Gi"))

@@ -123,10 +123,6 @@ def test_releasing_a_pod_drops_its_memory_reuse_entry():
     assert release(ctx, allocs, "p") == empty
 
 
-@pytest.mark.xfail(strict=True, reason="admitting any pod drops the memory-reuse entries of every "
-                   "other pod (as the kubelet's allocate does), so admitting and releasing a pod "
-                   "does not give back the snapshot from before (memory/allocate.py, reached "
-                   "from providers/memory.py allocate)")
 def test_admitting_another_pod_keeps_the_memory_reuse_entries_of_others():
     ctx = memory_engine("best-effort")
     with_init = pod("p", container("app", "1", "1Gi"),

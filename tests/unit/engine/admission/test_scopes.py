@@ -160,9 +160,6 @@ def test_an_override_the_node_does_not_allow_is_refused_by_name(config, annotati
     assert result.allocations is allocs and result.steps == ()
 
 
-@pytest.mark.xfail(strict=True, reason="a refusal for a bad annotation carries an empty "
-                   "shared_pool, where every other refusal carries the pool as it stands "
-                   "(admit.py InvalidAnnotation branch)")
 def test_every_refusal_reports_the_shared_pool_as_it_stands():
     ctx = engine("restricted")
     allocs = admitted(ctx, ctx.empty_allocations(), guaranteed_pod("g", "2")).allocations

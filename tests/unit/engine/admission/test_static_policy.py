@@ -256,18 +256,17 @@ def test_shared_containers_run_on_the_reserved_cpus_unless_strict():
     assert back == allocs
 
 
-@pytest.mark.xfail(strict=True, reason="with strict-cpu-reservation a Guaranteed container may "
-                   "take every non-reserved CPU: admit commits an empty shared pool that "
-                   "EngineContext.check rejects, and later shared containers get no CPU at all "
-                   "(providers/cpu.py allocate has no guard for the last shared CPU)")
 def test_strict_reservation_never_empties_the_shared_pool():
     strict = context(machine_from_cpus(DUAL_SOCKET_HT),
                      **static_cpu("0,6", cpuManagerPolicyOptions=STRICT))
-    result = admit(strict, strict.empty_allocations(), pod("g", container("main", "10")))
-    if result.decision.admitted:
-        strict.check(result.allocations)
-        burstable = pod("b", container("main", "2", "1Gi", request_cpu="500m"))
-        assert admitted(strict, result.allocations, burstable).decision.placements[0].cpus
+    empty = strict.empty_allocations()
+    refused = admit(strict, empty, pod("g", container("main", "10")))
+    assert not refused.decision.admitted and refused.allocations is empty
+    assert "would leave the shared pool empty" in refused.decision.rejection.message
+    fits = admitted(strict, empty, pod("g", container("main", "9")))
+    strict.check(fits.allocations)
+    burstable = pod("b", container("main", "2", "1Gi", request_cpu="500m"))
+    assert admitted(strict, fits.allocations, burstable).decision.placements[0].cpus
 
 
 # --- TestStaticPolicyStart / TestStaticPolicyStartWithResvList: snapshots checked at start -----
