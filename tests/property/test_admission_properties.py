@@ -2,8 +2,7 @@
 
 Machines: 1-4 sockets × 1-4 NUMA nodes × 1-3 cores × SMT 1-2, 3 GiB and 64 MiB of 2 MiB pages
 per node. Configurations: every topology policy and scope; CPU Manager none, or static with one
-or two reserved CPUs and compatible policy options; Memory Manager None or (up to 8 nodes)
-Static. A sequence
+or two reserved CPUs and compatible policy options; Memory Manager None or Static. A sequence
 admits whole pods (init, sidecar and app containers, Guaranteed, Burstable or BestEffort) and
 releases pods or single containers. After every step:
 
@@ -14,13 +13,6 @@ releases pods or single containers. After every step:
 * releasing a pod right after admitting it gives back the allocations from before (memory
   compared as the kubelet compares states: free and reserved as sums over a node group);
 * the same sequence run again on a fresh engine gives the same decisions and allocations.
-
-Two known bugs are kept out of the way here and pinned by xfail tests in
-tests/unit/engine/admission: a strictly reserved machine whose shared pool is emptied
-(test_static_policy.py::test_strict_reservation_never_empties_the_shared_pool) ends the
-sequence, and the Memory Manager's init-container reuse entries, which an admission drops for
-other pods and a release leaves behind for the released one (test_memory_and_devices.py, the two
-``*_reuse_*`` tests), are the one difference the release property forgives.
 """
 
 from __future__ import annotations
@@ -77,9 +69,7 @@ def configs(draw, topology: Topology) -> dict[str, Any]:
             options.discard("align-by-socket")
         config.update(cpuManagerPolicy="static", reservedSystemCPUs=format_list(reserved),
                       cpuManagerPolicyOptions={o: "true" for o in sorted(options)})
-    # Past 8 nodes a Static memory allocation without a usable hint enumerates every node mask
-    # (~0.5 s a container at 16 nodes; see test_many_numa_nodes.py), too slow to run here.
-    if len(topology.numa_nodes) <= 8 and draw(st.booleans()):
+    if draw(st.booleans()):
         config.update(memoryManagerPolicy="Static", reservedMemory=[
             {"numaNode": 0, "limits": {"memory": draw(st.sampled_from(("256Mi", "1Gi")))}}])
     return config
@@ -164,12 +154,13 @@ def check_single_numa_node(ctx: EngineContext, result: Admission) -> None:
 def assert_same_allocations(got: Allocations, expected: Allocations) -> None:
     """Equal, with memory compared the kubelet's way: blocks exactly, free and reserved as sums
     over each node's group (spilling makes the split inside a group an artefact of the order
-    containers came and went), and the init-container reuse entries left out (the known bug)."""
+    containers came and went), and the init-container reuse entries exactly."""
     assert (got.shared, got.pods) == (expected.shared, expected.pods)
     if got.memory is None or expected.memory is None:
         assert got.memory is expected.memory
         return
     assert got.memory.blocks == expected.memory.blocks
+    assert got.memory.reusable == expected.memory.reusable
     assert machine_state_difference(got.memory.nodes, expected.memory.nodes) is None
 
 
@@ -180,7 +171,6 @@ def run(topology: Topology, config: dict[str, Any], steps: list[Step]) -> list[t
     check_cpus(ctx, allocs)
     live: list[PodRequest] = []
     trace = []
-    strict = ctx.strict_reservation
     for step in steps:
         if step.action == "admit":
             result = admit(ctx, allocs, step.pod)
@@ -189,8 +179,6 @@ def run(topology: Topology, config: dict[str, Any], steps: list[Step]) -> list[t
             if not result.decision.admitted:
                 assert result.allocations is allocs
                 continue
-            if strict and not result.allocations.shared:
-                break  # the known empty-pool bug; see the module docstring
             if ctx.config.topology_manager_policy == "single-numa-node":
                 check_single_numa_node(ctx, result)
             assert_same_allocations(release(ctx, result.allocations, step.pod.uid), allocs)
