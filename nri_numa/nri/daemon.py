@@ -3,7 +3,8 @@
 External mode (the recommended one, docs/nri-wire.md §7) connects to the runtime's NRI socket
 and connects again whenever the socket is missing or stale or the runtime restarts, waiting a
 little longer each time (doubling, capped, with jitter so that many nodes do not retry in step).
-Every new connection registers again and gets a full Synchronize. Pre-launched mode, when the
+Every new connection registers again and gets a full Synchronize; a connection the runtime took
+in (its Synchronize answered) starts the waits over. Pre-launched mode, when the
 runtime started us with ``NRI_PLUGIN_SOCKET``, serves that one inherited socket until it closes.
 
 Updates that cannot travel in a reply are sent by one sender thread after the handler that made
@@ -18,7 +19,6 @@ import queue
 import random
 import signal
 import threading
-import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -44,7 +44,6 @@ PRELAUNCH_NAME_ENV = "NRI_PLUGIN_NAME"
 PRELAUNCH_INDEX_ENV = "NRI_PLUGIN_IDX"
 BACKOFF_FIRST = 0.5  # seconds
 BACKOFF_CAP = 30.0
-STABLE_SESSION = 10.0  # a session that lasted this long resets the backoff
 
 
 class DaemonError(Exception):
@@ -137,14 +136,15 @@ class Daemon:
         while not self._stopping.is_set():
             attempt += 1
             log.info("connecting to %s (attempt %d)", self._options.socket_path, attempt)
-            started = time.monotonic()
             try:
                 session = self._connect(self._options.socket_path)
             except ConnectionError as e:
                 log.warning("%s", e)
             else:
                 self._serve(session, self._options.name, self._options.index)
-                if time.monotonic() - started >= STABLE_SESSION:
+                if session.synchronized:
+                    # The runtime took us in, so this is a new outage (a restart): start the
+                    # sequence over, or a second restart soon after the first would wait longer.
                     delays, attempt = self._delays or backoff_delays(), 0
             if self._stopping.is_set():
                 break
@@ -215,13 +215,19 @@ def load_config(path: Path | None) -> EngineConfig:
         raise DaemonError(f"{path}: {e}") from None
 
 
+def plugin_store(state_dir: Path, topology: Topology) -> CheckpointStore:
+    """The plugin's checkpoint, without fsync: it must survive the agent, not the machine
+    (nri_numa.state.checkpoint), and an fsync before every answer doubled its cost on disk."""
+    return CheckpointStore(state_dir, machine_fingerprint(topology), fsync=False)
+
+
 def run(options: DaemonOptions, environ: dict[str, str] | None = None) -> None:
     """Start the agent and serve until SIGTERM/SIGINT (or, pre-launched, until the runtime
     closes the socket). Raises DaemonError when it cannot start."""
     environ = dict(os.environ if environ is None else environ)
     topology = load_topology(options.topology_file)
     config = load_config(options.config_file)
-    store = CheckpointStore(options.state_dir, machine_fingerprint(topology))
+    store = plugin_store(options.state_dir, topology)
     try:
         store.lock()
     except CheckpointError as e:

@@ -29,8 +29,8 @@ from nri_numa.nri.session import PluginError
 from nri_numa.runtime import (DeviceLocator, RuntimeContainer, RuntimeInputError, RuntimePod,
                               container_request, pod_identity, pod_qos, pod_request)
 from nri_numa.state.checkpoint import (CheckpointError, CheckpointStore, ContainerRecord,
-                                       PodRecord, RecordError, records_from_dict,
-                                       records_to_dict)
+                                       PodRecord, RecordError, records_from_dict)
+from nri_numa.state.encoding import LedgerEncoder, RecordsEncoder
 from nri_numa.state.ledger import Ledger, LedgerError
 from nri_numa.topology.cpulist import format_list
 from nri_numa.topology.model import Topology
@@ -55,6 +55,7 @@ class NumaPlugin:
         self._lock = threading.Lock()
         self._pods: dict[str, PodRecord] = {}  # by sandbox id
         self._containers: dict[str, ContainerRecord] = {}  # by container id, creation order
+        self._ledger_json, self._records_json = LedgerEncoder(), RecordsEncoder()
         self._restore()
 
     # --- read-only views ----------------------------------------------------------------------
@@ -350,8 +351,8 @@ class NumaPlugin:
 
     def _persist(self) -> None:
         if self._store is not None:
-            self._store.save({"ledger": self._ledger.to_dict(),
-                              "records": records_to_dict(self._pods, self._containers)})
+            self._store.save({"ledger": self._ledger_json.encode(self._ledger),
+                              "records": self._records_json.encode(self._pods, self._containers)})
 
     def _restore(self) -> None:
         if self._store is None or (payload := self._store.load()) is None:

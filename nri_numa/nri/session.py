@@ -19,7 +19,7 @@ from typing import Any, Protocol, TypeVar
 
 from google.protobuf.message import DecodeError, Message
 
-from nri_numa.nri.pb import api_pb2
+from nri_numa.nri.pb import api_pb2, ttrpc_pb2
 from nri_numa.nri.wire.mux import PLUGIN_SERVICE_CONN, RUNTIME_SERVICE_CONN, ConnectionClosed, Mux
 from nri_numa.nri.wire.ttrpc import Client, Code, RawHandler, Server, TtrpcError
 
@@ -85,6 +85,7 @@ class NriSession:
         self._client: Client | None = None
         self._server: Server | None = None
         self._configure_failure: str | None = None
+        self._synchronized = False
 
     @classmethod
     def connect(cls, socket_path: str, timeout: float = 5.0) -> NriSession:
@@ -122,7 +123,8 @@ class NriSession:
             self._started = True
             if self._close_requested:
                 return
-            self._server = Server(self._mux, PLUGIN_SERVICE_CONN, self._plugin_methods(handlers))
+            self._server = Server(self._mux, PLUGIN_SERVICE_CONN, self._plugin_methods(handlers),
+                                  after_reply=self._after_reply)
             self._client = Client(self._mux, RUNTIME_SERVICE_CONN)
             self._mux.attach(PLUGIN_SERVICE_CONN, self._server)
             self._mux.attach(RUNTIME_SERVICE_CONN, self._client)
@@ -134,6 +136,11 @@ class NriSession:
             self._teardown()
         if not self._close_requested:
             raise SessionClosed(self._closed_reason())
+
+    @property
+    def synchronized(self) -> bool:
+        """The runtime has had our Synchronize answer in time: it took the plugin in."""
+        return self._synchronized
 
     def update_containers(
         self,
@@ -195,6 +202,20 @@ class NriSession:
             self._mux.close(f"registration as {index}-{name} failed: {exc}")
         finally:
             self._registration_settled.set()
+
+    def _after_reply(self, request: ttrpc_pb2.Request, code: int, elapsed: float) -> None:
+        # A runtime whose Synchronize failed or timed out keeps the connection open but never
+        # adds the plugin, so no event would ever come (nri-wire.md §6). Closing is the only way
+        # to be synchronized again: the daemon connects anew.
+        if request.method != "Synchronize":
+            return
+        late = bool(request.timeout_nano) and elapsed * 1e9 > request.timeout_nano
+        if code == Code.OK and not late:
+            self._synchronized = True
+            return
+        what = f"failed (code {code})" if code != Code.OK else f"took {elapsed:.3f} s, too late"
+        self._mux.close(f"Synchronize {what}: the runtime would never send this plugin an "
+                        "event on this connection")
 
     def _closed_reason(self) -> str:
         reason = self._mux.reason

@@ -15,8 +15,8 @@ from functools import lru_cache
 from nri_numa.engine.decision import Placement
 from nri_numa.nri.pb import api_pb2 as api
 from nri_numa.runtime.container import (DeviceNode, RuntimeContainer, RuntimeInputError,
-                                        RuntimePod, page_size_kib, parse_env)
-from nri_numa.topology.cpulist import ListFormatError, format_list, parse_list
+                                        RuntimePod, page_size_kib, parse_cpuset, parse_env)
+from nri_numa.topology.cpulist import format_list
 
 # Containers in these states hold (or are about to hold) CPUs. UNKNOWN is kept: freeing CPUs
 # a container may still run on is worse than keeping them a little longer.
@@ -63,8 +63,8 @@ def runtime_container(container: api.Container, pod: RuntimePod) -> RuntimeConta
         devices=_devices(linux.devices, where),
         env=parse_env(list(container.env)),
         annotations=dict(container.annotations), labels=dict(container.labels),
-        cpuset_cpus=_cpuset(cpu.cpus, f"{where}: cpus"),
-        cpuset_mems=_cpuset(cpu.mems, f"{where}: mems"))
+        cpuset_cpus=parse_cpuset(cpu.cpus, f"{where}: cpus"),
+        cpuset_mems=parse_cpuset(cpu.mems, f"{where}: mems"))
 
 
 def _hugepages(limits: Iterable[api.HugepageLimit], where: str) -> dict[int, int]:
@@ -82,15 +82,6 @@ def _devices(devices: Iterable[api.LinuxDevice], where: str) -> tuple[DeviceNode
     try:
         return tuple(DeviceNode(d.path, d.type, d.major, d.minor) for d in devices)
     except RuntimeInputError as e:
-        raise RuntimeInputError(f"{where}: {e}") from None
-
-
-def _cpuset(text: str, where: str) -> frozenset[int] | None:
-    if not text:
-        return None
-    try:
-        return parse_list(text)
-    except ListFormatError as e:
         raise RuntimeInputError(f"{where}: {e}") from None
 
 

@@ -8,9 +8,12 @@ format; ``nri_numa.runtime.to_request`` turns them into the engine's requests in
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
+
+from nri_numa.topology.cpulist import ListFormatError, parse_list
 
 DEVICE_TYPES = ("c", "b", "u", "p")  # OCI: char, block, unbuffered char, FIFO
 
@@ -135,6 +138,27 @@ def parse_env(entries: list[str] | tuple[str, ...]) -> dict[str, str]:
         if name:
             env[name] = value
     return env
+
+
+# No kernel numbers CPUs or memory nodes this high (x86-64 stops at 8192 CPUs, 1024 nodes). A
+# runtime value beyond it is garbage, and expanding "0-4294967295" would take minutes and
+# gigabytes: it is refused before it is expanded.
+MAX_CPUSET_ID = 65535
+_NUMBER = re.compile(r"[0-9]+")
+
+
+def parse_cpuset(text: str, where: str) -> frozenset[int] | None:
+    """A cpuset list ("0-3,8") from a runtime; None when empty (unset). RuntimeInputError
+    naming ``where`` when it is not a list or names an id above ``MAX_CPUSET_ID``."""
+    if not text.strip():
+        return None
+    if any(len(n.lstrip("0")) > 5 or int(n) > MAX_CPUSET_ID for n in _NUMBER.findall(text)):
+        raise RuntimeInputError(f"{where}: {text[:40]!r} names ids above {MAX_CPUSET_ID}, more "
+                                "than any kernel has")
+    try:
+        return parse_list(text)
+    except ListFormatError as e:
+        raise RuntimeInputError(f"{where}: {e}") from None
 
 
 _PAGE_UNITS = {"B": 1, "KB": 1 << 10, "MB": 1 << 20, "GB": 1 << 30, "TB": 1 << 40,

@@ -1,12 +1,18 @@
 """The plugin's state on disk: the ledger and the containers it placed, in ``--state-dir``.
 
-One file, ``checkpoint.json``: a small envelope (format, version, the machine's fingerprint and
-the sha256 of the payload's canonical JSON) around the payload. It is replaced atomically
-(temp file in the same folder, fsync, rename, fsync the folder) with mode 0600, so a kill -9 at
-any moment leaves either the old file or the new one, never a mix, and a failed write never
-touches the good file. A file that cannot be trusted — not JSON, truncated, checksum wrong,
-another format version, another machine — is renamed aside (``checkpoint.json.corrupt-<time>``)
-with a warning, and the caller rebuilds its state from the runtime (NRI Synchronize).
+One file, ``checkpoint.json``: a small envelope (format, version, the machine's fingerprint, the
+kernel's boot id and the sha256 of the payload's canonical JSON) around the payload. It is
+replaced atomically (temp file in the same folder, fsync, rename, fsync the folder) with mode
+0600, so a kill -9 at any moment leaves either the old file or the new one, never a mix, and a
+failed write never touches the good file. A file that cannot be trusted — not JSON, truncated,
+checksum wrong, another format version, another machine, an earlier boot — is renamed aside
+(``checkpoint.json.corrupt-<time>``) with a warning, and the caller rebuilds its state from the
+runtime (NRI Synchronize).
+
+No container outlives the machine, so a checkpoint only has to outlive the process that wrote
+it, and one from an earlier boot is never trusted. A store made with ``fsync=False`` therefore
+skips both fsyncs: after a kill -9 the kernel still holds the renamed file; after a power cut
+the file, whatever state it is in, belongs to the earlier boot.
 
 The payload's second half, the plugin's records of pods and containers, is defined here too:
 what the plugin must remember across restarts besides the ledger.
@@ -23,12 +29,12 @@ import tempfile
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from functools import lru_cache
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
 from nri_numa.engine.request import ContainerRequest, RequestError
+from nri_numa.state.encoding import canonical, cpu_list, encode_payload
 from nri_numa.topology.cpulist import ListFormatError, format_list, parse_list
 from nri_numa.topology.model import Topology
 
@@ -38,6 +44,7 @@ FORMAT = "nri-numa-checkpoint"
 CHECKPOINT_VERSION = 1
 FILE_NAME = "checkpoint.json"
 LOCK_NAME = "lock"
+BOOT_ID = "/proc/sys/kernel/random/boot_id"
 _TEMP_PREFIX = FILE_NAME + ".tmp-"
 # Waiting for the lock: flock cannot time out, so poll, 1 ms first, doubling up to 20 ms.
 _LOCK_FIRST_WAIT = 0.001
@@ -55,22 +62,21 @@ def machine_fingerprint(topology: Topology) -> str:
     shape = {"cpus": [[c.id, c.numa, c.core, c.socket, c.online] for c in topology.cpus],
              "nodes": [[n.id, format_list(n.cpus)] for n in topology.numa_nodes],
              "gpus": sorted(g.uuid for g in topology.gpus)}
-    return hashlib.sha256(_canonical(shape)).hexdigest()
-
-
-def _canonical(value: Any) -> bytes:
-    return json.dumps(value, sort_keys=True, separators=(",", ":")).encode()
+    return hashlib.sha256(canonical(shape)).hexdigest()
 
 
 class CheckpointStore:
     """``state_dir/checkpoint.json`` for one machine."""
 
     def __init__(self, state_dir: str | Path, machine: str,
-                 clock: Callable[[], float] = time.time) -> None:
+                 clock: Callable[[], float] = time.time, *, fsync: bool = True,
+                 boot_id: str | None = None) -> None:
         self.dir = Path(state_dir)
         self.path = self.dir / FILE_NAME
         self.machine = machine
+        self.boot_id = boot_id or current_boot_id()
         self._clock = clock
+        self._fsync = fsync
         self._lock_fd: int | None = None
 
     def lock(self, timeout: float | None = None) -> None:
@@ -121,31 +127,38 @@ class CheckpointStore:
             return None
 
     def save(self, payload: Mapping[str, Any]) -> None:
-        """Replace the checkpoint with ``payload``; CheckpointError leaves the old file whole."""
+        """Replace the checkpoint with ``payload``, whose members may come ``Encoded`` already
+        (nri_numa.state.encoding); CheckpointError leaves the old file whole."""
         try:
-            body = _canonical(payload)  # fails before anything touches the disk
+            body = encode_payload(payload)  # fails before anything touches the disk
         except (TypeError, ValueError) as e:
             raise CheckpointError(f"state cannot be written as JSON: {e}") from None
         header = {"format": FORMAT, "version": CHECKPOINT_VERSION, "machine": self.machine,
-                  "sha256": hashlib.sha256(body).hexdigest()}
+                  "boot": self.boot_id, "sha256": hashlib.sha256(body).hexdigest()}
         # The payload is encoded once: handlers wait for this write, and re-encoding (or
         # indenting, which takes json's slow path) costs more than the rest of a decision.
-        data = _canonical(header)[:-1] + b',"payload":' + body + b"}\n"
+        data = canonical(header)[:-1] + b',"payload":' + body + b"}\n"
         self._ensure_dir()
         try:
             fd, temp = tempfile.mkstemp(dir=self.dir, prefix=_TEMP_PREFIX)  # mode 0600
         except OSError as e:
             raise CheckpointError(f"cannot write in {self.dir}: {e.strerror}") from None
         try:
+            # Blocks allocated up front: for a file renamed over another, ext4 otherwise
+            # allocates them and starts their writeback inside rename() (auto_da_alloc), while
+            # the runtime waits for the answer. That was a third of a write on disk.
+            os.posix_fallocate(fd, 0, len(data))
             with os.fdopen(fd, "wb") as f:
                 f.write(data)
                 f.flush()
-                os.fsync(f.fileno())
+                if self._fsync:
+                    os.fsync(f.fileno())
             os.replace(temp, self.path)
         except OSError as e:
             _unlink_quietly(temp)
             raise CheckpointError(f"cannot write {self.path}: {e.strerror}") from None
-        self._fsync_dir()
+        if self._fsync:
+            self._fsync_dir()
 
     def set_aside(self, reason: str) -> Path | None:
         """Rename the checkpoint out of the way (kept for a person to look at) and warn."""
@@ -177,10 +190,13 @@ class CheckpointStore:
                              f"reads version {CHECKPOINT_VERSION}")
         if envelope.get("machine") != self.machine:
             raise _Untrusted("written on another machine (or before its CPUs changed)")
+        if None not in (envelope.get("boot"), self.boot_id) and envelope["boot"] != self.boot_id:
+            raise _Untrusted("written before the machine last started: none of its containers "
+                             "still runs")
         payload = envelope.get("payload")
         if not isinstance(payload, dict):
             raise _Untrusted("payload missing")
-        if hashlib.sha256(_canonical(payload)).hexdigest() != envelope.get("sha256"):
+        if hashlib.sha256(canonical(payload)).hexdigest() != envelope.get("sha256"):
             raise _Untrusted("checksum mismatch")
         return payload
 
@@ -210,6 +226,14 @@ class CheckpointStore:
                 _unlink_quietly(temp)
 
 
+def current_boot_id() -> str | None:
+    """The kernel's id of this boot; None where it cannot be read."""
+    try:
+        return Path(BOOT_ID).read_text().strip() or None
+    except OSError:
+        return None
+
+
 class _Untrusted(Exception):
     """A checkpoint file that must be set aside; the message says why."""
 
@@ -222,12 +246,6 @@ def _unlink_quietly(path: str | Path) -> None:
 
 
 # --- what the plugin remembers besides the ledger ----------------------------------------
-
-
-# Every decision writes every record, and most records carry the same shared pool (one
-# frozenset, whose hash Python keeps): formatting it once per pool, not once per record, was
-# most of the cost of a checkpoint write on large machines.
-_cpu_list = lru_cache(maxsize=256)(format_list)
 
 
 class RecordError(ValueError):
@@ -284,8 +302,8 @@ class ContainerRecord:
     def to_dict(self) -> dict[str, Any]:
         r = self.request
         return {"id": self.id, "sandbox_id": self.sandbox_id, "pod_uid": self.pod_uid,
-                "cpus": _cpu_list(self.cpus), "exclusive": self.exclusive,
-                "mems": None if self.mems is None else _cpu_list(self.mems),
+                "cpus": cpu_list(self.cpus), "exclusive": self.exclusive,
+                "mems": None if self.mems is None else cpu_list(self.mems),
                 "in_ledger": self.in_ledger,
                 "request": {"name": r.name, "cpu_request": r.cpu_request,
                             "cpu_limit": r.cpu_limit, "memory_request": r.memory_request,

@@ -221,6 +221,10 @@ RawHandler = Callable[[bytes], bytes]
 """A method implementation on serialized messages: request payload in, response payload out.
 Raising TtrpcError picks the status code; any other exception becomes UNKNOWN (2)."""
 
+AfterReply = Callable[[ttrpc_pb2.Request, int, float], None]
+"""Told, once a handler's answer has been written, the request, the status code sent and the
+seconds the handler took."""
+
 
 class Server:
     """The server side of one ttrpc connection, dispatching to ``handlers[(service, method)]``."""
@@ -231,10 +235,12 @@ class Server:
         conn_id: int,
         handlers: Mapping[tuple[str, str], RawHandler],
         workers: int = DEFAULT_WORKERS,
+        after_reply: AfterReply | None = None,
     ) -> None:
         self._mux = mux
         self._conn_id = conn_id
         self._handlers = dict(handlers)
+        self._after_reply = after_reply
         self._services = {service for service, _ in self._handlers}
         self._decoder = MessageDecoder()
         self._last_stream_id = 0
@@ -286,17 +292,25 @@ class Server:
             self._respond_error(stream_id, self._unimplemented(request.service, request.method))
             return
         started = time.monotonic()
+        code = self._call(handler, request, stream_id)
+        elapsed = time.monotonic() - started
+        _warn_if_late(request, elapsed)
+        if self._after_reply is not None:
+            self._after_reply(request, code, elapsed)
+
+    def _call(self, handler: RawHandler, request: ttrpc_pb2.Request, stream_id: int) -> int:
+        """Runs the handler and writes its answer; returns the status code sent."""
         try:
             payload = handler(request.payload)
         except TtrpcError as exc:
             self._respond_error(stream_id, exc)
-            return
+            return exc.code
         except Exception as exc:
             log.exception("handler for %s/%s failed", request.service, request.method)
             self._respond_error(stream_id, TtrpcError(Code.UNKNOWN, str(exc) or type(exc).__name__))
-            return
-        _warn_if_late(request, time.monotonic() - started)
+            return Code.UNKNOWN
         self._respond(stream_id, ttrpc_pb2.Response(status=ttrpc_pb2.Status(code=Code.OK), payload=payload))
+        return Code.OK
 
     def _unimplemented(self, service: str, method: str) -> TtrpcError:
         if service not in self._services:
