@@ -20,8 +20,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from nri_numa.runtime.container import (DeviceNode, RuntimeContainer, RuntimeInputError,
-                                        RuntimePod, page_size_kib, parse_env)
-from nri_numa.topology.cpulist import ListFormatError, parse_list
+                                        RuntimePod, page_size_kib, parse_cpuset, parse_env)
 
 SANDBOX_ID_KEYS = ("io.kubernetes.cri.sandbox-id", "io.kubernetes.cri-o.SandboxID")
 CONTAINER_TYPE_KEYS = ("io.kubernetes.cri.container-type", "io.kubernetes.cri-o.ContainerType")
@@ -193,10 +192,4 @@ def _devices(value: Any) -> tuple[DeviceNode, ...]:
 
 
 def _cpuset(value: Any, where: str) -> frozenset[int] | None:
-    text = _string(value, where)
-    if not text:
-        return None
-    try:
-        return parse_list(text)
-    except ListFormatError as e:
-        raise RuntimeInputError(f"{where}: {e}") from None
+    return parse_cpuset(_string(value, where), where)

@@ -149,6 +149,8 @@ def _with(path: str, value) -> dict:
     ("linux.resources.cpu.period", True, "linux.resources.cpu.period"),
     ("linux.resources.memory.limit", "1G", "linux.resources.memory.limit"),
     ("linux.resources.cpu.cpus", "0-", "linux.resources.cpu.cpus"),
+    ("linux.resources.cpu.cpus", "0-4294967295", "linux.resources.cpu.cpus"),  # not expanded
+    ("linux.resources.cpu.mems", "0-99999999", "linux.resources.cpu.mems"),
     ("linux.resources.cpu", [], "linux.resources.cpu"),
     ("linux.resources.hugepageLimits", [{"pageSize": "3XB", "limit": 1}], "hugepageLimits[0]"),
     ("linux.resources.hugepageLimits", [{"pageSize": "2MB"}], "hugepageLimits[0]"),
