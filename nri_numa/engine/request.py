@@ -425,7 +425,7 @@ def _container(raw: Any, where: str, *, init: bool) -> ContainerRequest:
     policy = c.get("restartPolicy")
     kind = ContainerKind.INIT if init else ContainerKind.APP
     if policy is not None:
-        if policy not in _INIT_RESTART_POLICIES:
+        if not isinstance(policy, str) or policy not in _INIT_RESTART_POLICIES:
             raise RequestError(f"{where}.restartPolicy: {policy!r} is not one of "
                                f"{', '.join(_INIT_RESTART_POLICIES)}")
         if init:
