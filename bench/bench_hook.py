@@ -11,7 +11,9 @@ bench needs neither root nor a runtime. The ledger already holds ``--containers`
 containers (half exclusive, half shared, the shared ones moved by every run), and the machine is
 a synthetic preset given with ``--topology`` as the hook's installation would. Alongside: the
 interpreter's own start (``python -c pass``) and the import of the hook's modules, which bound
-what the hook itself can save. Target: p50 of createRuntime ≤ 120 ms over ≥ 50 runs.
+what the hook itself can save. Every series runs twice: hooks in process, then with
+``nri-numa hook-daemon`` running (started here), where the hook process only forwards its run.
+Target, with the daemon: p50 of createRuntime ≤ 120 ms over ≥ 50 runs.
 """
 
 from __future__ import annotations
@@ -53,6 +55,18 @@ def timed(command: list[str], stdin: bytes = b"") -> Run:
     return Run(wall, cpu, done)
 
 
+def start_daemon(hook: Path, served: list[str], state: Path) -> subprocess.Popen:
+    """``nri-numa hook-daemon`` on the bench's state folder, once its socket is there."""
+    daemon = subprocess.Popen([str(hook), "hook-daemon", *served], cwd=REPO)
+    deadline = time.monotonic() + 30
+    while not (state / "hook.sock").exists():
+        if daemon.poll() is not None or time.monotonic() > deadline:
+            daemon.kill()
+            raise SystemExit("the hook daemon did not start")
+        time.sleep(0.05)
+    return daemon
+
+
 def summary(name: str, runs: list[Run]) -> str:
     walls = sorted(r.wall_ms for r in runs)
     p90 = walls[int(0.9 * (len(walls) - 1))]
@@ -92,36 +106,51 @@ def main() -> int:
             return timed([str(hook), "hook", "createRuntime", *common],
                          oci_state(cid, pid, bundle))
 
+        def series(name: str, first_pid: int) -> tuple[list[Run], list[Run]] | None:
+            creates, stops = [], []
+            for i in range(args.runs):
+                creates.append(create(f"{name}{i}", first_pid + i, 1))
+                host.stop(first_pid + i)
+                stops.append(timed([str(hook), "hook", "poststop", *common],
+                                   oci_state(f"{name}{i}", None, base)))
+                failed = [r for r in (creates[-1], stops[-1]) if r.done.returncode != 0]
+                if failed:
+                    print(f"{name} run {i} failed: {failed[0].done.stderr.decode()}")
+                    return None
+            return creates, stops
+
         for i in range(args.containers):
             run = create(f"bg{i}", 10_000 + i, 1 if i % 2 == 0 else 0)
             if run.done.returncode != 0:
                 print(f"placing background container {i} failed: {run.done.stderr.decode()}")
                 return 1
-        creates, stops = [], []
-        for i in range(args.runs):
-            creates.append(create(f"run{i}", 20_000 + i, 1))
-            host.stop(20_000 + i)
-            stops.append(timed([str(hook), "hook", "poststop", *common],
-                               oci_state(f"run{i}", None, base)))
-            failed = [r for r in (creates[-1], stops[-1]) if r.done.returncode != 0]
-            if failed:
-                print(f"run {i} failed: {failed[0].done.stderr.decode()}")
-                return 1
+        in_process = series("run", 20_000)
+        daemon = start_daemon(hook, common[:6], base / "state")
+        try:
+            served = series("served", 30_000)
+        finally:
+            daemon.terminate()
+            daemon.wait(10)
+        if in_process is None or served is None:
+            return 1
         bare = [timed([sys.executable, "-c", "pass"]) for _ in range(20)]
         imports = [timed([sys.executable, "-c", "import nri_numa.hook.stages, nri_numa.cli"])
                    for _ in range(20)]
-    p50 = statistics.median(r.wall_ms for r in creates)
+    p50 = statistics.median(r.wall_ms for r in served[0])
     print(f"nri-numa hook process wall time on {args.preset} ({len(topology.cpus)} CPUs), "
           f"{args.containers} containers already placed, fake cgroup v1 tree on "
           f"{scratch or tempfile.gettempdir()}, CPUs here: {os.cpu_count()}")
-    print(summary("createRuntime (1 exclusive CPU)", creates))
-    print(summary("poststop", stops))
+    print(summary("createRuntime (1 exclusive CPU)", in_process[0]))
+    print(summary("poststop", in_process[1]))
+    print(summary("hook-daemon running: createRuntime", served[0]))
+    print(summary("hook-daemon running: poststop", served[1]))
     print(summary("python -c pass", bare))
     print(summary("python: import the hook's modules", imports))
     print(f"  load average now: {' '.join(f'{x:.2f}' for x in os.getloadavg())} (wall times "
           "grow with it; the CPU times much less)")
     passed = p50 <= TARGET_P50_MS
-    print(f"  target: createRuntime p50 <= {TARGET_P50_MS:.0f} ms: {'PASS' if passed else 'FAIL'}")
+    print(f"  target (hook-daemon running): createRuntime p50 <= {TARGET_P50_MS:.0f} ms: "
+          f"{'PASS' if passed else 'FAIL'}")
     return 0 if passed else 1
 
 

@@ -241,6 +241,42 @@ def _add_hook_parser(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=cmd_hook)
 
 
+# --- nri-numa hook-daemon: the hook's engine, kept loaded -------------------------------
+
+
+def cmd_hook_daemon(args: argparse.Namespace) -> int:
+    from nri_numa.hook.daemon import DaemonError, DaemonOptions, serve
+
+    given = {"state_dir": args.state_dir and Path(args.state_dir),
+             "config_file": args.config and Path(args.config),
+             "topology_file": args.topology and Path(args.topology),
+             "log_file": args.log_file and Path(args.log_file)}
+    try:
+        serve(DaemonOptions(**{k: v for k, v in given.items() if v is not None}))
+    except DaemonError as e:
+        raise CliError(str(e)) from None
+    return 0
+
+
+def _add_hook_daemon_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("hook-daemon", help="serve `nri-numa hook` runs from one loaded process",
+                       description="Load the machine, configuration and engine once and run "
+                                   "every `nri-numa hook` that names the same --state-dir, one at "
+                                   "a time, over <state-dir>/hook.sock (mode 0600). Hooks fall "
+                                   "back to running in process while no daemon listens. Give it "
+                                   "the --config and --topology the hooks are given.")
+    p.add_argument("--state-dir", metavar="DIR",
+                   help="the hooks' state folder, which holds the socket (default /run/nri-numa)")
+    p.add_argument("--config", metavar="FILE",
+                   help="KubeletConfiguration keys in YAML or JSON (default: every policy none)")
+    p.add_argument("--topology", metavar="FILE",
+                   help="a topology captured with `nri-numa topology --json` (default: discover "
+                        "once and keep it in the state folder)")
+    p.add_argument("--log-file", metavar="FILE",
+                   help="where the daemon and each run log (default <state-dir>/hook.log)")
+    p.set_defaults(func=cmd_hook_daemon)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="nri-numa",
@@ -287,6 +323,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     _add_run_parser(sub)
     _add_hook_parser(sub)
+    _add_hook_daemon_parser(sub)
 
     p = sub.add_parser("presets", help="list the synthetic machines")
     p.set_defaults(func=cmd_presets)
@@ -294,6 +331,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    given = sys.argv[1:] if argv is None else argv
+    if given[:1] == ["hook"]:
+        # Before argparse and the engine: with a daemon, this is all a hook process loads.
+        from nri_numa.hook.client import main as forward
+
+        code = forward(given[1:])
+        if code is not None:
+            return code
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)

@@ -5,6 +5,9 @@ runc) put in their error; crun drops a hook's stderr, so the same line also goes
 file. The run never outlasts ``--timeout``: waiting for the lock stops short of it, and a timer
 ends anything else that hangs (the runtime would otherwise kill the hook at the hooks.d
 ``timeout`` without a word). Set ``--timeout`` a second or so below that value.
+
+``run`` is also what ``nri-numa hook-daemon`` runs for each forwarded hook (nri_numa.hook.daemon),
+with the machine kept loaded and the timeout counted from when the hook process started.
 """
 
 from __future__ import annotations
@@ -15,11 +18,11 @@ import os
 import signal
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from nri_numa.hook.cgroup import DEFAULT_CGROUP_ROOT, DEFAULT_PROC, CgroupFs
 from nri_numa.hook.oci import HookInputError, parse_spec, parse_state, read_input, read_spec
@@ -31,6 +34,12 @@ DEFAULT_TIMEOUT_S = 4.0
 LOG_NAME = "hook.log"
 LOG_KEEP_BYTES = 1 << 20  # then the log moves to hook.log.1 (one old file is kept)
 _LOCK_MARGIN_S = 0.5  # left, after waiting for the lock, for the transaction itself
+
+if TYPE_CHECKING:
+    from nri_numa.hook.machine import Machine
+
+    # How a run gets its machine: the hook process loads it, the daemon keeps it loaded.
+    MachineSource = Callable[["HookOptions"], Machine]
 
 log = logging.getLogger("nri_numa.hook")
 
@@ -57,14 +66,21 @@ class HookOptions:
             raise ValueError(f"timeout must be positive, not {self.timeout!r}")
 
 
-def run(options: HookOptions, stdin: IO[bytes], stdout: IO[str], stderr: IO[str]) -> int:
-    """Exit status 0 when the stage did its work, 1 (and the reason on stderr) otherwise."""
-    started = time.monotonic()
+def run(options: HookOptions, stdin: IO[bytes], stdout: IO[str], stderr: IO[str],
+        machine: MachineSource | None = None, started: float | None = None) -> int:
+    """Exit status 0 when the stage did its work, 1 (and the reason on stderr) otherwise.
+
+    ``machine`` defaults to loading it from the options; ``started`` (a ``time.monotonic()``
+    value, default now) is when the run began, which the timeout counts from."""
+    started = time.monotonic() if started is None else started
     handler = _log_to_file(options)
+    left = options.timeout - (time.monotonic() - started)
     try:
-        with _deadline(options.timeout):
+        if left <= 0:  # spent waiting for the daemon to take the run
+            return _fail(options, stderr, f"gave up after {options.timeout:g} s (--timeout)")
+        with _deadline(left):
             try:
-                done = _run_stage(options, stdin, stdout, started)
+                done = _run_stage(options, stdin, stdout, started, machine or load_machine)
             except HookTimeout:
                 return _fail(options, stderr, f"gave up after {options.timeout:g} s (--timeout)")
             except Exception as e:  # fail closed on anything, with a reason
@@ -77,9 +93,15 @@ def run(options: HookOptions, stdin: IO[bytes], stdout: IO[str], stderr: IO[str]
             handler.close()
 
 
-def _run_stage(options: HookOptions, stdin: IO[bytes], stdout: IO[str], started: float) -> str:
+def load_machine(options: HookOptions) -> Machine:
+    from nri_numa.hook.machine import load_machine as load
+
+    return load(options.state_dir, options.config_file, options.topology_file)
+
+
+def _run_stage(options: HookOptions, stdin: IO[bytes], stdout: IO[str], started: float,
+               machine_source: MachineSource) -> str:
     from nri_numa.hook import stages
-    from nri_numa.hook.machine import load_machine
     from nri_numa.state.checkpoint import CheckpointStore
 
     raw = read_input(stdin)
@@ -91,7 +113,7 @@ def _run_stage(options: HookOptions, stdin: IO[bytes], stdout: IO[str], started:
         state = parse_state(raw)
         if stage == "createRuntime":
             spec = read_spec(state.bundle)
-    machine = load_machine(options.state_dir, options.config_file, options.topology_file)
+    machine = machine_source(options)
     left = options.timeout - (time.monotonic() - started) - _LOCK_MARGIN_S
     env = stages.HookEnv(machine, CheckpointStore(options.state_dir, machine.fingerprint),
                          CgroupFs(options.cgroup_root, options.proc_root), max(left, 0.0))

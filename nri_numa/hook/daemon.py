@@ -1,0 +1,265 @@
+"""``nri-numa hook-daemon``: the hook's engine, loaded once, serving hook runs over a socket.
+
+A hook process spends most of its time starting Python and importing the engine. The daemon
+pays that once; each ``nri-numa hook`` then forwards its run (nri_numa.hook.client) and the
+daemon runs it with exactly the code an in-process hook runs (``entry.run``), with the machine
+already loaded. One run at a time: the accept loop is the queue. Each run still takes the
+checkpoint lock, so a hook that runs in process (no daemon yet, or one that was just stopped)
+never writes the ledger at the same moment.
+
+The socket is ``<state-dir>/hook.sock``, mode 0600: whoever may connect may place containers.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+import os
+import signal
+import socket
+import stat
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from nri_numa.hook import entry
+from nri_numa.hook.client import SOCKET_NAME, ProtocolError, read_line
+from nri_numa.hook.machine import Machine, MachineError, load_machine
+from nri_numa.topology.cpulist import ListFormatError, parse_list
+
+REQUEST_READ_TIMEOUT_S = 2.0  # a client sends its request at once; a silent one is dropped
+ONLINE_CPUS = Path("/sys/devices/system/cpu/online")
+
+log = logging.getLogger("nri_numa.hook.daemon")
+
+
+class DaemonError(Exception):
+    """The daemon cannot start; the message says why."""
+
+
+class BadRequest(Exception):
+    pass
+
+
+@dataclass(frozen=True)
+class DaemonOptions:
+    state_dir: Path = entry.DEFAULT_STATE_DIR
+    config_file: Path | None = None
+    topology_file: Path | None = None
+    log_file: Path | None = None  # default: <state_dir>/hook.log, as the hook's
+
+    @property
+    def socket_path(self) -> Path:
+        return self.state_dir / SOCKET_NAME
+
+
+class MachineKeeper:
+    """The loaded machine, reloaded only when a discovered topology's CPUs went on/offline."""
+
+    def __init__(self, options: DaemonOptions) -> None:
+        self.options = options
+        self.machine = self._load()
+
+    def __call__(self, hook: entry.HookOptions) -> Machine:
+        # A hook configured differently from the daemon would get another machine's answer.
+        for what, asked, served in (("--config", hook.config_file, self.options.config_file),
+                                    ("--topology", hook.topology_file,
+                                     self.options.topology_file)):
+            if asked != served:
+                raise MachineError(f"the hook daemon serves {what} {served or '(none)'}, this "
+                                   f"hook asks for {asked or '(none)'}; give both the same")
+        if self.options.topology_file is None \
+                and _online_cpus() not in (None, self.machine.topology.online_cpus):
+            log.info("the online CPUs changed: loading the machine again")
+            self.machine = self._load()
+        return self.machine
+
+    def _load(self) -> Machine:
+        o = self.options
+        return load_machine(o.state_dir, o.config_file, o.topology_file)
+
+
+def decode_request(line: bytes, options: DaemonOptions) -> tuple[entry.HookOptions, bytes, float]:
+    """The hook's options, its stdin and when it started (``time.monotonic()`` here)."""
+    try:
+        request = json.loads(line)
+    except ValueError:
+        raise BadRequest("not JSON") from None
+    if not isinstance(request, dict):
+        raise BadRequest("not a JSON object")
+    stage, stdin, given = request.get("stage"), request.get("stdin"), request.get("options")
+    if not isinstance(stage, str) or not isinstance(stdin, str) or not isinstance(given, dict):
+        raise BadRequest("stage, stdin and options must be a string, a string and an object")
+    kwargs: dict[str, Any] = {"state_dir": options.state_dir}
+    for key, name in (("config", "config_file"), ("topology", "topology_file"),
+                      ("log_file", "log_file"), ("cgroup_root", "cgroup_root"),
+                      ("proc_root", "proc_root")):
+        value = given.get(key)
+        if value is not None and not isinstance(value, str):
+            raise BadRequest(f"options.{key} must be a string")
+        if value is not None:
+            kwargs[name] = Path(value)
+    kwargs.setdefault("log_file", options.log_file)
+    try:
+        if "timeout" in given:
+            kwargs["timeout"] = float(given["timeout"])
+        hook = entry.HookOptions(stage, **kwargs)
+        waited = max(time.time() - float(given.get("started", time.time())), 0.0)
+    except (TypeError, ValueError) as e:
+        raise BadRequest(str(e)) from None
+    return hook, stdin.encode("utf-8", "surrogateescape"), time.monotonic() - waited
+
+
+def answer(line: bytes, options: DaemonOptions, machine: MachineKeeper) -> dict[str, Any]:
+    try:
+        hook, stdin, started = decode_request(line, options)
+    except BadRequest as e:
+        log.warning("bad request: %s", e)
+        return {"exit": 1, "stdout": "", "stderr": f"nri-numa hook: bad request to the hook "
+                                                   f"daemon: {e}\n"}
+    out, err = io.StringIO(), io.StringIO()
+    code = entry.run(hook, io.BytesIO(stdin), out, err, machine=machine, started=started)
+    return {"exit": code, "stdout": out.getvalue(), "stderr": err.getvalue()}
+
+
+def serve(options: DaemonOptions) -> None:
+    """Serve until SIGTERM or SIGINT; a run under way is finished first."""
+    _log_to(options.log_file or options.state_dir / entry.LOG_NAME)
+    try:
+        machine = MachineKeeper(options)
+    except MachineError as e:
+        raise DaemonError(str(e)) from None
+    listener = _listen(options.socket_path)
+    inode = options.socket_path.stat().st_ino
+    stopping = _StopFlag()
+    log.info("hook daemon %d listening on %s", os.getpid(), options.socket_path)
+    try:
+        while not stopping.requested:
+            with stopping.interruptible():
+                conn, _ = listener.accept()
+            with conn:
+                _serve_one(conn, options, machine)
+    except _Stop:
+        pass
+    finally:
+        _remove_socket(options.socket_path, inode)
+        listener.close()
+        log.info("hook daemon %d stopped", os.getpid())
+
+
+def _serve_one(conn: socket.socket, options: DaemonOptions, machine: MachineKeeper) -> None:
+    conn.settimeout(REQUEST_READ_TIMEOUT_S)
+    try:
+        line = read_line(conn)
+    except (OSError, ProtocolError) as e:
+        log.warning("dropped a client: %s", e)
+        return
+    reply = json.dumps(answer(line, options, machine)).encode() + b"\n"
+    try:
+        conn.sendall(reply)
+    except OSError as e:  # the hook gave up (its timeout) or was killed: it failed closed
+        log.warning("could not answer a hook: %s", e)
+
+
+def _listen(path: Path) -> socket.socket:
+    try:
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    except OSError as e:
+        raise DaemonError(f"cannot create {path.parent}: {e.strerror}") from None
+    _clear_stale(path)
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    old_umask = os.umask(0o177)  # born 0600: no moment where others could connect
+    try:
+        listener.bind(str(path))
+        os.chmod(path, 0o600)
+        listener.listen(64)
+    except OSError as e:
+        listener.close()
+        raise DaemonError(f"cannot listen on {path}: {e.strerror}") from None
+    finally:
+        os.umask(old_umask)
+    return listener
+
+
+def _clear_stale(path: Path) -> None:
+    """Remove a socket left by a daemon that died; refuse when one still answers on it."""
+    try:
+        mode = path.lstat().st_mode
+    except FileNotFoundError:
+        return
+    if not stat.S_ISSOCK(mode):
+        raise DaemonError(f"{path} exists and is not a socket; remove it")
+    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        probe.connect(str(path))
+    except ConnectionRefusedError:
+        path.unlink(missing_ok=True)
+        return
+    except OSError as e:
+        raise DaemonError(f"cannot check {path}: {e.strerror}") from None
+    finally:
+        probe.close()
+    raise DaemonError(f"another hook daemon listens on {path}")
+
+
+def _remove_socket(path: Path, inode: int) -> None:
+    """Unlink the socket unless another daemon has bound a new one there since."""
+    try:
+        if path.stat().st_ino == inode:
+            path.unlink()
+    except OSError:
+        pass
+
+
+class _Stop(Exception):
+    pass
+
+
+class _StopFlag:
+    """SIGTERM/SIGINT end the daemon at once while it waits, after the run while it works."""
+
+    def __init__(self) -> None:
+        self.requested = False
+        self._waiting = False
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(signum, self._on_signal)
+
+    def _on_signal(self, signum: int, frame: Any) -> None:
+        self.requested = True
+        if self._waiting:
+            raise _Stop()
+
+    @contextmanager
+    def interruptible(self) -> Iterator[None]:
+        self._waiting = True
+        try:
+            if self.requested:
+                raise _Stop()
+            yield
+        finally:
+            self._waiting = False
+
+
+def _log_to(path: Path) -> None:
+    try:
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        os.close(os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600))
+        handler: logging.Handler = logging.FileHandler(path)
+    except OSError:
+        handler = logging.StreamHandler()
+    handler.setFormatter(logging.Formatter(
+        "%(asctime)s %(levelname)s hook-daemon[%(process)d] %(message)s"))
+    log.addHandler(handler)
+    log.setLevel(logging.INFO)
+    log.propagate = False  # the runs log through entry's handler; this one is the daemon's
+
+
+def _online_cpus() -> frozenset[int] | None:
+    try:
+        return parse_list(ONLINE_CPUS.read_text())
+    except (OSError, ListFormatError):
+        return None
