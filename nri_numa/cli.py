@@ -20,19 +20,16 @@ class CliError(Exception):
 
 
 def _load_topology(args: argparse.Namespace):
-    from nri_numa.topology import Topology, TopologyFormatError, discover
+    from nri_numa.inputs import InputFileError, read_topology_file
+    from nri_numa.topology import discover
 
     if args.preset:
         return _preset(args.preset)
     if args.topology:
         try:
-            text = Path(args.topology).read_text()
-        except OSError as e:
-            raise CliError(f"cannot read topology file {args.topology}: {e.strerror}") from None
-        try:
-            return Topology.from_json(text)
-        except TopologyFormatError as e:
-            raise CliError(f"{args.topology}: {e}") from None
+            return read_topology_file(Path(args.topology))
+        except InputFileError as e:
+            raise CliError(str(e)) from None
     root = Path(args.root)
     if not (root / "sys").is_dir():
         raise CliError(f"{root} has no sys/ folder: --root takes the folder that holds sys/")

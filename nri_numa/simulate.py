@@ -16,13 +16,12 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
-import yaml
-
 from nri_numa.engine.allocations import Allocations
-from nri_numa.engine.config import ConfigError, EngineConfig, config_from_mapping
+from nri_numa.engine.config import ConfigError, EngineConfig
 from nri_numa.engine.context import EngineContext
 from nri_numa.engine.decision import Decision
 from nri_numa.engine.request import PodRequest, QosClass, RequestError, pod_from_manifest
+from nri_numa.inputs import InputFileError, read_config_file, read_text, yaml_documents
 from nri_numa.state.ledger import Ledger
 from nri_numa.topology.model import Topology
 
@@ -37,31 +36,16 @@ class InputError(ValueError):
 def read_yaml_documents(path: Path, what: str) -> list[Any]:
     """Every document of a YAML (or JSON) file; InputError naming the file and the line."""
     try:
-        text = path.read_text()
-    except OSError as e:
-        raise InputError(f"cannot read {what} file {path}: {e.strerror}") from None
-    except UnicodeDecodeError:
-        raise InputError(f"{path}: not a text file") from None
-    try:
-        return list(yaml.safe_load_all(text))
-    except yaml.YAMLError as e:
-        raise InputError(f"{path}: not valid YAML: {_yaml_problem(e)}") from None
-
-
-def _yaml_problem(e: yaml.YAMLError) -> str:
-    mark = getattr(e, "problem_mark", None)
-    problem = getattr(e, "problem", None) or str(e).splitlines()[0]
-    return f"line {mark.line + 1}: {problem}" if mark is not None else problem
+        return yaml_documents(read_text(path, what), str(path))
+    except InputFileError as e:
+        raise InputError(str(e)) from None
 
 
 def load_config(path: Path) -> EngineConfig:
-    documents = [d for d in read_yaml_documents(path, "config") if d is not None]
-    if len(documents) > 1:
-        raise InputError(f"{path}: holds {len(documents)} YAML documents; a config is one")
     try:
-        return config_from_mapping(documents[0] if documents else {})
-    except ConfigError as e:
-        raise InputError(f"{path}: {'; '.join(e.problems)}") from None
+        return read_config_file(path)
+    except InputFileError as e:
+        raise InputError(str(e)) from None
 
 
 def build_context(topology: Topology, config: EngineConfig, config_path: Path) -> EngineContext:

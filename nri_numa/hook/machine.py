@@ -9,15 +9,14 @@ plugin's KubeletConfiguration keys; a JSON file is read without loading the YAML
 
 from __future__ import annotations
 
-import json
 import os
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-from nri_numa.engine.config import ConfigError, EngineConfig, config_from_mapping
+from nri_numa.engine.config import ConfigError, EngineConfig
 from nri_numa.engine.context import EngineContext
+from nri_numa.inputs import InputFileError, read_config_file, read_topology_file
 from nri_numa.state.checkpoint import machine_fingerprint
 from nri_numa.topology.cpulist import ListFormatError, parse_list
 from nri_numa.topology.model import Topology, TopologyFormatError
@@ -56,13 +55,9 @@ def load_config(path: Path | None) -> EngineConfig:
     if path is None:
         return EngineConfig()
     try:
-        text = path.read_text()
-    except OSError as e:
-        raise MachineError(f"cannot read config file {path}: {e.strerror}") from None
-    try:
-        return config_from_mapping(_parse_config(text, path))
-    except ConfigError as e:
-        raise MachineError(f"{path}: {_one_line(e)}") from None
+        return read_config_file(path)
+    except InputFileError as e:
+        raise MachineError(str(e)) from None
 
 
 def cached_topology(state_dir: Path, sysfs_root: Path = Path("/")) -> Topology:
@@ -84,25 +79,9 @@ def cached_topology(state_dir: Path, sysfs_root: Path = Path("/")) -> Topology:
 
 def _read_topology(path: Path) -> Topology:
     try:
-        return Topology.from_json(path.read_text())
-    except OSError as e:
-        raise MachineError(f"cannot read topology file {path}: {e.strerror}") from None
-    except TopologyFormatError as e:
-        raise MachineError(f"{path}: {e}") from None
-
-
-def _parse_config(text: str, path: Path) -> Any:
-    if text.lstrip().startswith("{"):
-        try:
-            return json.loads(text)
-        except json.JSONDecodeError:
-            pass  # YAML flow style is not always JSON: let the YAML parser judge it
-    import yaml
-
-    try:
-        return yaml.safe_load(text)
-    except yaml.YAMLError as e:
-        raise MachineError(f"{path}: not valid YAML: {_one_line(e)}") from None
+        return read_topology_file(path)
+    except InputFileError as e:
+        raise MachineError(str(e)) from None
 
 
 def _online_cpus(sysfs_root: Path) -> frozenset[int] | None:

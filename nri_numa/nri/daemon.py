@@ -23,15 +23,14 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-import yaml
-
-from nri_numa.engine.config import ConfigError, EngineConfig, config_from_mapping
+from nri_numa.engine.config import ConfigError, EngineConfig
+from nri_numa.inputs import InputFileError, read_config_file, read_topology_file
 from nri_numa.nri.pb import api_pb2 as api
 from nri_numa.nri.plugin import NumaPlugin
 from nri_numa.nri.session import NriSession, SessionClosed
 from nri_numa.nri.wire.ttrpc import TtrpcError
 from nri_numa.state.checkpoint import CheckpointError, CheckpointStore, machine_fingerprint
-from nri_numa.topology.model import Topology, TopologyFormatError
+from nri_numa.topology.model import Topology
 
 log = logging.getLogger(__name__)
 
@@ -192,27 +191,19 @@ def load_topology(path: Path | None) -> Topology:
             log.warning("discovery: %s", warning)
         return topology
     try:
-        return Topology.from_json(path.read_text())
-    except OSError as e:
-        raise DaemonError(f"cannot read topology file {path}: {e.strerror}") from None
-    except TopologyFormatError as e:
-        raise DaemonError(f"{path}: {e}") from None
+        return read_topology_file(path)
+    except InputFileError as e:
+        raise DaemonError(str(e)) from None
 
 
 def load_config(path: Path | None) -> EngineConfig:
-    """KubeletConfiguration keys from a YAML file; defaults without one."""
+    """KubeletConfiguration keys from a YAML or JSON file; defaults without one."""
     if path is None:
         return EngineConfig()
     try:
-        mapping = yaml.safe_load(path.read_text())
-    except OSError as e:
-        raise DaemonError(f"cannot read config file {path}: {e.strerror}") from None
-    except yaml.YAMLError as e:
-        raise DaemonError(f"{path}: not valid YAML: {e}") from None
-    try:
-        return config_from_mapping(mapping)
-    except ConfigError as e:
-        raise DaemonError(f"{path}: {e}") from None
+        return read_config_file(path)
+    except InputFileError as e:
+        raise DaemonError(str(e)) from None
 
 
 def plugin_store(state_dir: Path, topology: Topology) -> CheckpointStore:

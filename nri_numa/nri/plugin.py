@@ -15,14 +15,13 @@ import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 
-import yaml
-
 from nri_numa.engine.admit import admit
 from nri_numa.engine.allocations import AllocationsError, ContainerAllocation
-from nri_numa.engine.config import ConfigError, EngineConfig, config_from_mapping
+from nri_numa.engine.config import ConfigError, EngineConfig
 from nri_numa.engine.context import EngineContext
 from nri_numa.engine.decision import Placement
 from nri_numa.engine.request import ContainerRequest, PodRequest, RequestError, guaranteed_cpus
+from nri_numa.inputs import InputFileError, NotYamlError, config_from_text
 from nri_numa.nri import translate
 from nri_numa.nri.pb import api_pb2 as api
 from nri_numa.nri.session import PluginError
@@ -377,12 +376,10 @@ def _with_cpus(record: ContainerRecord, cpus: frozenset[int]) -> ContainerRecord
 
 def _config_from_text(text: str) -> EngineConfig:
     try:
-        mapping = yaml.safe_load(text)
-    except yaml.YAMLError as e:
+        return config_from_text(text, "plugin configuration")
+    except NotYamlError as e:
         raise PluginError(f"nri-numa: plugin configuration is not YAML: {e}") from None
-    try:
-        return config_from_mapping(mapping)
-    except ConfigError as e:
+    except InputFileError as e:
         raise PluginError(f"nri-numa: bad plugin configuration: {e}") from None
 
 
