@@ -6,13 +6,11 @@ Written the way the kernel lays them out (x86 numbering: SMT siblings are ``cpu`
 
 from __future__ import annotations
 
-import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from nri_numa.topology.cpulist import format_list, format_mask
-from tests.tmpfs import fast_tmp  # noqa: F401  (re-exported for the reader tests)
 
 CPU = "sys/devices/system/cpu"
 NODE = "sys/devices/system/node"

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 from tests.integration.lstopo_xml import run_lstopo_on_tree
-from tests.integration.sysfs_tree import fast_tmp
+from tests.tmpfs import fast_tmp
 
 from nri_numa.topology import Topology, discover
 from nri_numa.topology.model import Nic, NumaNode, PciDevice

@@ -17,7 +17,8 @@ import pytest
 from nri_numa.topology import netdev, pci, sysfs, sysfs_read
 from nri_numa.topology.model import Cpu, NumaNode, PciDevice
 from tests.integration.sysfs_tree import (CPU, NODE, Function, Machine, add_netdev, build_machine,
-                                          build_pci, fast_tmp, link, write)
+                                          build_pci, link, write)
+from tests.tmpfs import fast_tmp
 
 MACHINE = Machine()
 NODE0_CPUS = frozenset({0, 1, 2, 3, 8, 9, 10, 11})

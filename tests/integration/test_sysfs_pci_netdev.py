@@ -9,8 +9,9 @@ import pytest
 
 from nri_numa.topology import netdev, pci
 from nri_numa.topology.model import Nic, PciDevice, pcie_level
-from tests.integration.sysfs_tree import (Function, add_netdev, add_sriov, build_pci, fast_tmp,
-                                          link, write)
+from tests.integration.sysfs_tree import (Function, add_netdev, add_sriov, build_pci, link,
+                                          write)
+from tests.tmpfs import fast_tmp
 
 ROOT_PORT = Function("pci0000:3a/0000:3a:00.0", class_code=0x060400, driver="pcieport")
 SWITCH_UP = Function(f"{ROOT_PORT.path}/0000:3b:00.0", class_code=0x060400, driver="pcieport")

@@ -16,7 +16,8 @@ import pytest
 
 from nri_numa.topology import netdev, pci, sysfs, sysfs_read
 from tests.integration.sysfs_tree import (Function, Machine, add_netdev, build_machine,
-                                          build_pci, fast_tmp)
+                                          build_pci)
+from tests.tmpfs import fast_tmp
 
 BIG = Machine(sockets=2, cores_per_socket=256, threads=2, nodes_per_socket=4, cores_per_l3=8)
 PORTS = [Function(f"pci0000:{b:02x}/0000:{b:02x}:01.0", class_code=0x060400, driver="pcieport")
