@@ -4,16 +4,20 @@ Run from the repository root:
     .venv/bin/python -m bench.bench_nri_plugin [--part create|pods|all] [--calls N]
         [--running N] [--rounds N] [--preset NAME] [--pods N]
 
-(a) ``create``: the latency of CreateContainer as the runtime sees it, through the real wire
-    layer: the tests' fake runtime (its own framing code) calls the real plugin handlers
-    (``NumaPlugin``) served by ``NriSession`` over a unix socket bound in a folder. The plugin
-    places the container, logs it to a file, writes its checkpoint as `nri-numa run` does and
-    answers with the adjustment and the updates of the shared containers. The machine is a synthetic 2-socket, 96-CPU node (``--preset``)
-    under the packaging example's configuration, with ``--running`` containers placed (a seeded
-    mix of Guaranteed, Burstable and BestEffort pods, Kubernetes-sized messages). Each timed
-    creation is followed, untimed, by the stop and removal of the oldest container, so the count
-    stays put. Rounds alternate the state folder on disk (``--disk-dir``) and on tmpfs.
-    Targets: p50 <= 2 ms, p99 <= 10 ms, on the median of the rounds.
+(a) ``create``: the latency of CreateContainer as containerd sees it: from the request's frames
+    written to the reply read, by a runtime peer on one thread (bench/wire_runtime.py) in this
+    process, while the plugin runs as `nri-numa run` in a process of its own, connected over a
+    unix socket. The plugin places the container, logs it to a file, writes its checkpoint and
+    answers with the adjustment and the updates of the shared containers. The machine is a
+    synthetic 2-socket, 96-CPU node (``--preset``) under the packaging example's configuration,
+    with ``--running`` containers placed (a seeded mix of Guaranteed, Burstable and BestEffort
+    pods, Kubernetes-sized messages). Each timed creation is followed, untimed, by the stop and
+    removal of the oldest container, so the count stays put. Each round measures, on the same
+    requests: the baseline, a plugin process whose handlers answer at once with nothing (the
+    wire, framing and protobuf on both sides: bench/empty_plugin.py); `nri-numa run` with its
+    state folder on disk (``--disk-dir``) and on tmpfs (``--tmpfs-dir``); and the handler alone,
+    called directly in this process (no wire), with its checkpoint write timed on its own.
+    Targets, on the median of the rounds of `nri-numa run`: p50 <= 2 ms, p99 <= 10 ms.
 (b) ``pods``: pod start time (RunPodSandbox -> CreateContainer -> StartContainer, through CRI)
     on private containerd 1.7.24 and 2.1.9 (tests/e2e harness; root), with the plugin
     (`nri-numa run`, a real process) connected and without it, in blocks of five pods ordered
@@ -26,29 +30,32 @@ Prints medians, p99 and ratios with PASS/FAIL; exits 1 when a target is missed.
 from __future__ import annotations
 
 import argparse
+import gc
+import json
 import logging
 import random
-import socket
 import statistics
+import subprocess
 import sys
 import tempfile
-import threading
 import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from google.protobuf.message import Message
+
+from bench.wire_runtime import WireRuntime
 from nri_numa.engine.config import config_from_mapping
+from nri_numa.nri.daemon import plugin_store
 from nri_numa.nri.pb import api_pb2 as api
 from nri_numa.nri.plugin import NumaPlugin
-from nri_numa.nri.session import NriSession
-from nri_numa.nri.daemon import plugin_store
 from nri_numa.state.checkpoint import CheckpointStore
 from nri_numa.topology.synthetic import preset_topology
 from tests import nri_messages as msg
-from tests.integration.nri.fake_runtime import FakeRuntime
 
+REPO = Path(__file__).resolve().parents[1]
 P50_TARGET_MS, P99_TARGET_MS = 2.0, 10.0
 POD_START_TARGET = 0.05  # +5 %
 CONFIG = {  # packaging/nri-numa.conf.example, without the pod-override switch
@@ -59,6 +66,7 @@ CONFIG = {  # packaging/nri-numa.conf.example, without the pod-override switch
     "reservedMemory": [{"numaNode": 0, "limits": {"memory": "1Gi"}}],
 }
 GIB = 1 << 30
+CONNECT_TIMEOUT = 60.0  # a plugin process starting on a loaded machine
 
 
 def percentile(samples: list[float], fraction: float) -> float:
@@ -94,42 +102,134 @@ def kubernetes_container(rng: random.Random, i: int) -> tuple[api.PodSandbox, ap
     return sandbox, c
 
 
-class WiredPlugin:
-    """The plugin served by NriSession on one end of a unix socket, the fake runtime on the
-    other, registered, configured and synchronized."""
+Call = Callable[[str, Message, type[Message]], tuple[Message, float]]
+"""One call to the plugin: method, request, reply type -> reply, seconds it took."""
 
-    def __init__(self, folder: Path, state_dir: Path, preset: str) -> None:
-        topology = preset_topology(preset)
-        self.store = plugin_store(state_dir, topology)  # as `nri-numa run` makes it
-        self.plugin = NumaPlugin(topology, config_from_mapping(CONFIG), self.store)
-        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        listener.bind(str(folder / "nri.sock"))
-        listener.listen(1)
-        self.session = NriSession.connect(str(folder / "nri.sock"))
-        self.runner = threading.Thread(target=self.session.run, args=(self.plugin, "bench", "90"),
-                                       name="bench-session", daemon=True)
-        self.runner.start()
-        conn, _ = listener.accept()
-        listener.close()
-        self.runtime = FakeRuntime(conn).start()
-        if not self.runtime.registered.wait(5):
-            raise RuntimeError("the plugin did not register")
-        self.runtime.configure()
-        self.runtime.synchronize()
 
-    def create(self, sandbox: api.PodSandbox, c: api.Container) -> api.CreateContainerResponse:
-        return self.runtime.call("CreateContainer", msg.create(sandbox, c),
-                                 api.CreateContainerResponse)
+def over_the_wire(runtime: WireRuntime) -> Call:
+    def call(method: str, request: Message, reply_type: type[Message]) -> tuple[Message, float]:
+        payload, elapsed = runtime.call(method, request.SerializeToString())
+        return reply_type.FromString(payload), elapsed
+    return call
 
-    def remove(self, sandbox: api.PodSandbox, c: api.Container) -> None:
-        self.runtime.call("StopContainer", api.StopContainerRequest(pod=sandbox, container=c),
-                          api.StopContainerResponse)
-        self.runtime.call("StateChange", msg.event(api.REMOVE_CONTAINER, sandbox, c), api.Empty)
 
-    def close(self) -> None:
-        self.session.close()
-        self.runner.join(5)
-        self.runtime.close()
+def in_process(plugin: NumaPlugin) -> Call:
+    """The handlers called directly: no wire, no thread."""
+    handlers: dict[str, Callable[[Message], Message | None]] = {
+        "CreateContainer": plugin.create_container, "StopContainer": plugin.stop_container,
+        "StateChange": plugin.state_change}
+
+    def call(method: str, request: Message, reply_type: type[Message]) -> tuple[Message, float]:
+        began = time.perf_counter()
+        reply = handlers[method](request)
+        return reply or reply_type(), time.perf_counter() - began
+    return call
+
+
+def drive(call: Call, args: argparse.Namespace, *, collector: bool = False,
+          ) -> tuple[list[float], int]:
+    """``--running`` containers created, then ``--calls`` timed creations, each followed by the
+    removal of the oldest container: the creations' times in ms and how many got a cpuset.
+    Python's collector is off in this process while timing, unless it is the plugin's
+    (``collector``): the runtime's side must not add its own pauses."""
+    rng = random.Random(args.seed)
+    running: deque[tuple[api.PodSandbox, api.Container]] = deque()
+    for i in range(args.running):
+        running.append(kubernetes_container(rng, i))
+        call("CreateContainer", msg.create(*running[-1]), api.CreateContainerResponse)
+    samples, placed = [], 0
+    if not collector:
+        gc.disable()
+    try:
+        for i in range(args.running, args.running + args.calls):
+            sandbox, c = kubernetes_container(rng, i)
+            reply, elapsed = call("CreateContainer", msg.create(sandbox, c),
+                                  api.CreateContainerResponse)
+            samples.append(elapsed * 1000)
+            placed += bool(reply.adjust.linux.resources.cpu.cpus)
+            running.append((sandbox, c))
+            old_sandbox, old = running.popleft()
+            call("StopContainer", api.StopContainerRequest(pod=old_sandbox, container=old),
+                 api.StopContainerResponse)
+            call("StateChange", msg.event(api.REMOVE_CONTAINER, old_sandbox, old), api.Empty)
+    finally:
+        gc.enable()
+    return samples, placed
+
+
+@dataclass(frozen=True)
+class Figures:
+    p50: float
+    p99: float
+    max: float
+    write_p50: float | None = None  # the checkpoint write alone, where it could be timed
+    write_p99: float | None = None
+
+    @classmethod
+    def of(cls, samples: list[float], writes: list[float] | None = None) -> Figures:
+        return cls(statistics.median(samples), percentile(samples, 0.99), max(samples),
+                   *((statistics.median(writes), percentile(writes, 0.99)) if writes else ()))
+
+    def line(self) -> str:
+        text = f"p50 {self.p50:5.2f} ms  p99 {self.p99:5.2f} ms  max {self.max:6.2f} ms"
+        if self.write_p50 is not None:
+            text += (f"  (checkpoint write p50 {self.write_p50:.2f} ms  "
+                     f"p99 {self.write_p99:.2f} ms)")
+        return text
+
+
+def plugin_process(kind: str, folder: Path, sock: Path, args: argparse.Namespace) -> list[str]:
+    """The command line of the plugin process: the baseline, or `nri-numa run` as deployed."""
+    if kind == "empty":
+        return [sys.executable, "-m", "bench.empty_plugin", str(sock)]
+    topology, config = folder / "topology.json", folder / "config.json"
+    topology.write_text(preset_topology(args.preset).to_json())
+    config.write_text(json.dumps(CONFIG))
+    return [sys.executable, "-m", "nri_numa", "run", "--nri-socket", str(sock),
+            "--config", str(config), "--topology", str(topology),
+            "--state-dir", str(folder / "state"), "--log-file", str(folder / "plugin.log")]
+
+
+def measure_process(kind: str, folder: Path, args: argparse.Namespace) -> Figures:
+    """CreateContainer through the wire to a plugin process of its own."""
+    runtime = WireRuntime(folder / "nri.sock")
+    with open(folder / "process.out", "wb") as out:
+        child = subprocess.Popen(plugin_process(kind, folder, runtime.path, args), cwd=REPO,
+                                 stdout=out, stderr=subprocess.STDOUT)
+    try:
+        runtime.accept(CONNECT_TIMEOUT)
+        runtime.handshake()
+        samples, placed = drive(over_the_wire(runtime), args)
+    except Exception:
+        print((folder / "process.out").read_text()[-2000:], file=sys.stderr)
+        raise
+    finally:
+        child.terminate()
+        runtime.close()
+        try:
+            child.wait(10)
+        except subprocess.TimeoutExpired:
+            child.kill()
+            child.wait()
+    if kind != "empty" and placed != len(samples):
+        raise RuntimeError(f"nri-numa gave a cpuset to {placed} of {len(samples)} containers")
+    return Figures.of(samples)
+
+
+def measure_handler(folder: Path, args: argparse.Namespace) -> Figures:
+    """The handlers called in this process, with the same store, log and requests."""
+    handler = logging.FileHandler(folder / "plugin.log")  # the daemon logs each decision
+    logging.getLogger().addHandler(handler)
+    try:
+        topology = preset_topology(args.preset)
+        store = plugin_store(folder / "state", topology)  # as `nri-numa run` makes it
+        plugin = NumaPlugin(topology, config_from_mapping(CONFIG), store)
+        writes = timed_saves(store)
+        samples, _ = drive(in_process(plugin), args, collector=True)
+    finally:
+        logging.getLogger().removeHandler(handler)
+        handler.close()
+    return Figures.of(samples, writes[args.running:])
 
 
 def timed_saves(store: CheckpointStore) -> list[float]:
@@ -146,68 +246,38 @@ def timed_saves(store: CheckpointStore) -> list[float]:
     return samples
 
 
-@dataclass(frozen=True)
-class CreateRun:
-    p50: float
-    p99: float
-    max: float
-    write_p50: float  # the checkpoint write alone
-    write_p99: float
-
-    def line(self) -> str:
-        return (f"p50 {self.p50:.2f} ms  p99 {self.p99:.2f} ms  max {self.max:.2f} ms  "
-                f"(checkpoint write p50 {self.write_p50:.2f} ms  p99 {self.write_p99:.2f} ms)")
-
-
 def bench_create(args: argparse.Namespace) -> bool:
-    """Rounds of disk, then tmpfs: the host's load drifts, and both see the same drift. The
-    verdict is on the median of the rounds' figures."""
-    places = {"disk": Path(args.disk_dir), "tmpfs": Path(args.tmpfs_dir)}
-    print(f"CreateContainer through the wire, {args.preset}, {args.running} containers running, "
-          f"{args.calls} calls a round, {args.rounds} rounds:")
-    runs: dict[str, list[CreateRun]] = {label: [] for label in places}
+    """Rounds of baseline, disk, tmpfs and handler alone: the host's load drifts, and all see
+    the same drift. The verdict is on the median of the rounds' figures."""
+    disk, tmpfs = Path(args.disk_dir), Path(args.tmpfs_dir)
+    variants: list[tuple[str, Path, Callable[[Path], Figures]]] = [
+        ("baseline: empty plugin process", tmpfs, lambda f: measure_process("empty", f, args)),
+        (f"nri-numa run, state on disk ({disk})", disk,
+         lambda f: measure_process("nri-numa", f, args)),
+        (f"nri-numa run, state on tmpfs ({tmpfs})", tmpfs,
+         lambda f: measure_process("nri-numa", f, args)),
+        ("handler alone, in process, tmpfs", tmpfs, lambda f: measure_handler(f, args)),
+    ]
+    print(f"CreateContainer, request written -> reply read, {args.preset}, {args.running} "
+          f"containers running, {args.calls} calls a round, {args.rounds} rounds:")
+    runs: dict[str, list[Figures]] = {label: [] for label, _, _ in variants}
     for n in range(args.rounds):
-        for label, base in places.items():
+        for label, base, measure in variants:
             with tempfile.TemporaryDirectory(prefix="nri-bench-", dir=base) as folder:
-                runs[label].append(measure_create(Path(folder), args))
-            print(f"  round {n + 1}, checkpoint on {label} ({base}): {runs[label][-1].line()}")
+                runs[label].append(measure(Path(folder)))
+            print(f"  round {n + 1}  {label:<42} {runs[label][-1].line()}", flush=True)
     ok = True
     for label, done in runs.items():
         p50 = statistics.median(r.p50 for r in done)
         p99 = statistics.median(r.p99 for r in done)
-        passed = p50 <= P50_TARGET_MS and p99 <= P99_TARGET_MS
-        ok &= passed
-        print(f"CreateContainer, checkpoint on {label}: median of the rounds p50 {p50:.2f} ms  "
-              f"p99 {p99:.2f} ms  targets p50 <= {P50_TARGET_MS:g} ms, p99 <= "
-              f"{P99_TARGET_MS:g} ms: {'PASS' if passed else 'FAIL'}")
+        verdict = ""
+        if label.startswith("nri-numa run"):
+            passed = p50 <= P50_TARGET_MS and p99 <= P99_TARGET_MS
+            ok &= passed
+            verdict = (f"  targets p50 <= {P50_TARGET_MS:g} ms, p99 <= {P99_TARGET_MS:g} ms: "
+                       f"{'PASS' if passed else 'FAIL'}")
+        print(f"median of the rounds  {label:<42} p50 {p50:5.2f} ms  p99 {p99:5.2f} ms{verdict}")
     return ok
-
-
-def measure_create(folder: Path, args: argparse.Namespace) -> CreateRun:
-    handler = logging.FileHandler(folder / "plugin.log")  # the daemon logs each decision
-    logging.getLogger().addHandler(handler)
-    wired = WiredPlugin(folder, folder / "state", args.preset)
-    try:
-        rng = random.Random(args.seed)
-        running: deque[tuple[api.PodSandbox, api.Container]] = deque()
-        for i in range(args.running):
-            running.append(kubernetes_container(rng, i))
-            wired.create(*running[-1])
-        writes = timed_saves(wired.store)
-        samples = []
-        for i in range(args.running, args.running + args.calls):
-            sandbox, c = kubernetes_container(rng, i)
-            began = time.perf_counter()
-            wired.create(sandbox, c)
-            samples.append((time.perf_counter() - began) * 1000)
-            running.append((sandbox, c))
-            wired.remove(*running.popleft())
-    finally:
-        wired.close()
-        logging.getLogger().removeHandler(handler)
-        handler.close()
-    return CreateRun(statistics.median(samples), percentile(samples, 0.99), max(samples),
-                     statistics.median(writes), percentile(writes, 0.99))
 
 
 # --- (b) pod start on real containerd -----------------------------------------------------

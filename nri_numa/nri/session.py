@@ -4,8 +4,10 @@ Mux connection 1 carries the runtime's calls to the plugin (we serve), connectio
 calls to the runtime (we are the client). Connection 1 is served from the moment the session
 starts, because containerd may send Configure before it answers RegisterPlugin.
 
-Handlers run on worker threads; a handler that raises never stops the session, it turns into an
-error status (code 2) for that one call. The runtime waits at most 2 s for each answer.
+The container events and Synchronize run on the mux reader thread, Configure and Shutdown on
+worker threads (docs/nri-wire-layer.md). A handler that raises never stops the session, it turns
+into an error status (code 2) for that one call. The runtime waits at most 2 s for each answer.
+A Synchronize the runtime split into parts (NRI v0.8+) reaches the plugin once, whole.
 """
 
 from __future__ import annotations
@@ -32,6 +34,13 @@ REQUEST_TIMEOUT = 2.0  # the runtime's default plugin_request_timeout
 ALL_EVENTS = 0x7FF  # bits 1 << (Event - 1) for RUN_POD_SANDBOX .. REMOVE_CONTAINER
 STOP_TIMEOUT = 2.0
 _PLUGIN_INDEX = re.compile(r"[0-9]{2}")
+# Run on the mux reader, not a worker: the container events, which are on the path of every
+# container start and for which a hand-off to a worker thread cost as much as the wire itself,
+# and Synchronize, whose parts must be gathered in order. The runtime sends them one at a time
+# and waits for each answer. No handler can wait on the reader: update_containers() refuses to
+# run inside one. Configure and Shutdown keep the worker pool.
+INLINE_METHODS = frozenset((PLUGIN_SERVICE, method) for method in (
+    "Synchronize", "CreateContainer", "UpdateContainer", "StopContainer", "StateChange"))
 
 
 class PluginError(Exception):
@@ -47,7 +56,9 @@ class SessionClosed(Exception):
 
 
 class PluginHandlers(Protocol):
-    """What the plugin implements. All calls arrive on worker threads; each must answer well inside 2 s."""
+    """What the plugin implements. Calls come one at a time from the runtime, on the session's
+    threads (the reader, or a worker); each must answer well inside 2 s and must not wait for
+    anything from the runtime."""
 
     def configure(self, req: api_pb2.ConfigureRequest) -> api_pb2.ConfigureResponse: ...
 
@@ -86,6 +97,7 @@ class NriSession:
         self._server: Server | None = None
         self._configure_failure: str | None = None
         self._synchronized = False
+        self._sync_parts: SplitSynchronize | None = None
 
     @classmethod
     def connect(cls, socket_path: str, timeout: float = 5.0) -> NriSession:
@@ -124,7 +136,7 @@ class NriSession:
             if self._close_requested:
                 return
             self._server = Server(self._mux, PLUGIN_SERVICE_CONN, self._plugin_methods(handlers),
-                                  after_reply=self._after_reply)
+                                  after_reply=self._after_reply, inline=INLINE_METHODS)
             self._client = Client(self._mux, RUNTIME_SERVICE_CONN)
             self._mux.attach(PLUGIN_SERVICE_CONN, self._server)
             self._mux.attach(RUNTIME_SERVICE_CONN, self._client)
@@ -211,7 +223,9 @@ class NriSession:
             return
         late = bool(request.timeout_nano) and elapsed * 1e9 > request.timeout_nano
         if code == Code.OK and not late:
-            self._synchronized = True
+            # Synchronize runs on the reader, so no later part can have arrived meanwhile.
+            parts = self._sync_parts
+            self._synchronized = parts is None or not parts.gathering
             return
         what = f"failed (code {code})" if code != Code.OK else f"took {elapsed:.3f} s, too late"
         self._mux.close(f"Synchronize {what}: the runtime would never send this plugin an "
@@ -224,9 +238,10 @@ class NriSession:
         return reason
 
     def _plugin_methods(self, handlers: PluginHandlers) -> dict[tuple[str, str], RawHandler]:
+        self._sync_parts = SplitSynchronize(handlers.synchronize)
         table: list[tuple[str, type[Message], type[Message], Callable[[Any], Message]]] = [
             ("Configure", api_pb2.ConfigureRequest, api_pb2.ConfigureResponse, self._configure_with(handlers)),
-            ("Synchronize", api_pb2.SynchronizeRequest, api_pb2.SynchronizeResponse, handlers.synchronize),
+            ("Synchronize", api_pb2.SynchronizeRequest, api_pb2.SynchronizeResponse, self._sync_parts),
             ("CreateContainer", api_pb2.CreateContainerRequest, api_pb2.CreateContainerResponse,
              handlers.create_container),
             ("UpdateContainer", api_pb2.UpdateContainerRequest, api_pb2.UpdateContainerResponse,
@@ -257,6 +272,48 @@ class NriSession:
             return response
 
         return configure
+
+
+class SplitSynchronize:
+    """Gathers a Synchronize that the runtime split (NRI v0.8+) and hands it to the plugin whole.
+
+    A runtime whose pods and containers do not fit in one ttrpc message sends them in parts,
+    ``more`` set on each but the last. Like upstream's stub, every part but the last is answered
+    at once with ``more`` echoed and no updates (the runtime closes a plugin that answers one
+    otherwise, or with updates), and the plugin's synchronize is called once, on the last part,
+    with every part's pods and containers in the order they came.
+    """
+
+    def __init__(
+        self, synchronize: Callable[[api_pb2.SynchronizeRequest], api_pb2.SynchronizeResponse]
+    ) -> None:
+        self._synchronize = synchronize
+        self._lock = threading.Lock()
+        self._gathered: api_pb2.SynchronizeRequest | None = None
+
+    @property
+    def gathering(self) -> bool:
+        """Parts have come, the last has not."""
+        return self._gathered is not None
+
+    def __call__(self, part: api_pb2.SynchronizeRequest) -> api_pb2.SynchronizeResponse:
+        with self._lock:
+            if part.more:
+                if self._gathered is None:
+                    self._gathered = api_pb2.SynchronizeRequest()
+                self._gathered.pods.extend(part.pods)
+                self._gathered.containers.extend(part.containers)
+                log.debug("Synchronize part: %d pods, %d containers, more to come",
+                          len(part.pods), len(part.containers))
+                return api_pb2.SynchronizeResponse(more=True)
+            whole, self._gathered = self._gathered, None
+        if whole is None:
+            return self._synchronize(part)
+        whole.pods.extend(part.pods)
+        whole.containers.extend(part.containers)
+        log.info("Synchronize came in parts: %d pods, %d containers in all",
+                 len(whole.pods), len(whole.containers))
+        return self._synchronize(whole)
 
 
 def _typed(

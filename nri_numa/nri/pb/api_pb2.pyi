@@ -88,18 +88,22 @@ class ConfigureResponse(_message.Message):
     def __init__(self, events: _Optional[int] = ...) -> None: ...
 
 class SynchronizeRequest(_message.Message):
-    __slots__ = ("pods", "containers")
+    __slots__ = ("pods", "containers", "more")
     PODS_FIELD_NUMBER: _ClassVar[int]
     CONTAINERS_FIELD_NUMBER: _ClassVar[int]
+    MORE_FIELD_NUMBER: _ClassVar[int]
     pods: _containers.RepeatedCompositeFieldContainer[PodSandbox]
     containers: _containers.RepeatedCompositeFieldContainer[Container]
-    def __init__(self, pods: _Optional[_Iterable[_Union[PodSandbox, _Mapping]]] = ..., containers: _Optional[_Iterable[_Union[Container, _Mapping]]] = ...) -> None: ...
+    more: bool
+    def __init__(self, pods: _Optional[_Iterable[_Union[PodSandbox, _Mapping]]] = ..., containers: _Optional[_Iterable[_Union[Container, _Mapping]]] = ..., more: _Optional[bool] = ...) -> None: ...
 
 class SynchronizeResponse(_message.Message):
-    __slots__ = ("update",)
+    __slots__ = ("update", "more")
     UPDATE_FIELD_NUMBER: _ClassVar[int]
+    MORE_FIELD_NUMBER: _ClassVar[int]
     update: _containers.RepeatedCompositeFieldContainer[ContainerUpdate]
-    def __init__(self, update: _Optional[_Iterable[_Union[ContainerUpdate, _Mapping]]] = ...) -> None: ...
+    more: bool
+    def __init__(self, update: _Optional[_Iterable[_Union[ContainerUpdate, _Mapping]]] = ..., more: _Optional[bool] = ...) -> None: ...
 
 class CreateContainerRequest(_message.Message):
     __slots__ = ("pod", "container")

@@ -6,7 +6,8 @@ stream id. Clients number their streams 1, 3, 5, ...; containerd rejects an id t
 larger than the last one, so a stream id is taken and its request written in one critical section.
 
 ``Client`` waits for responses by stream id with a deadline. ``Server`` runs handlers on a small
-pool of worker threads, never on the mux reader, and turns failures into ttrpc status codes.
+pool of worker threads, or on the mux reader for the methods it is told are quick, and turns
+failures into ttrpc status codes.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import queue
 import struct
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 
 from google.protobuf.message import DecodeError
@@ -236,11 +237,16 @@ class Server:
         handlers: Mapping[tuple[str, str], RawHandler],
         workers: int = DEFAULT_WORKERS,
         after_reply: AfterReply | None = None,
+        inline: Collection[tuple[str, str]] = (),
     ) -> None:
         self._mux = mux
         self._conn_id = conn_id
         self._handlers = dict(handlers)
         self._after_reply = after_reply
+        # Methods run on the mux reader itself: no queue hop, no second thread waking up and
+        # taking the GIL in turn. Only for handlers that answer quickly and never wait for
+        # anything the reader would have to deliver (a response on connection 2).
+        self._inline = frozenset(inline)
         self._services = {service for service, _ in self._handlers}
         self._decoder = MessageDecoder()
         self._last_stream_id = 0
@@ -267,7 +273,18 @@ class Server:
             self._respond_error(header.stream_id, refusal)
             return
         self._last_stream_id = header.stream_id
-        if not self._pool.submit(self._serve, header.stream_id, message.body):
+        try:
+            request = ttrpc_pb2.Request.FromString(message.body)
+        except DecodeError as exc:
+            error = TtrpcError(Code.INVALID_ARGUMENT, f"unmarshal request error: {exc}")
+            self._respond_error(header.stream_id, error)
+            return
+        if (request.service, request.method) in self._inline:
+            try:
+                self._serve(header.stream_id, request)
+            except Exception:  # answered already; a bug after that must not stop the reader
+                log.exception("ttrpc request on stream %d failed", header.stream_id)
+        elif not self._pool.submit(self._serve, header.stream_id, request):
             log.debug("dropping request on stream %d: the server is stopping", header.stream_id)
 
     def _refusal(self, message: Message) -> TtrpcError | None:
@@ -280,13 +297,7 @@ class Server:
             return TtrpcError(Code.RESOURCE_EXHAUSTED, _oversize_text(message.header.length))
         return None
 
-    def _serve(self, stream_id: int, body: bytes) -> None:
-        try:
-            request = ttrpc_pb2.Request.FromString(body)
-        except DecodeError as exc:
-            error = TtrpcError(Code.INVALID_ARGUMENT, f"unmarshal request error: {exc}")
-            self._respond_error(stream_id, error)
-            return
+    def _serve(self, stream_id: int, request: ttrpc_pb2.Request) -> None:
         handler = self._handlers.get((request.service, request.method))
         if handler is None:
             self._respond_error(stream_id, self._unimplemented(request.service, request.method))

@@ -94,11 +94,12 @@ def test_zero_length_body_is_a_message() -> None:
 class Peers:
     """A Client on one end of a socketpair and a Server on the other, on mux connection 2."""
 
-    def __init__(self, handlers: dict[str, RawHandler]) -> None:
+    def __init__(self, handlers: dict[str, RawHandler], inline: tuple[str, ...] = ()) -> None:
         self.client_sock, self.server_sock = socket.socketpair()
         self.client_mux, self.server_mux = Mux(self.client_sock), Mux(self.server_sock)
         self.client = Client(self.client_mux, 2)
-        self.server = Server(self.server_mux, 2, {(SERVICE, m): h for m, h in handlers.items()})
+        self.server = Server(self.server_mux, 2, {(SERVICE, m): h for m, h in handlers.items()},
+                             inline=[(SERVICE, m) for m in inline])
         self.wire_stream_ids: list[int] = []  # request stream ids in the order the server saw them
         self.client_mux.attach(2, self.client)
         self.server_mux.attach(2, _Tee(self.server, self.wire_stream_ids))
@@ -148,8 +149,8 @@ def failing(error: Exception) -> RawHandler:
 def peers() -> Iterator[Callable[[dict[str, RawHandler]], Peers]]:
     made: list[Peers] = []
 
-    def make(handlers: dict[str, RawHandler]) -> Peers:
-        made.append(Peers(handlers))
+    def make(handlers: dict[str, RawHandler], inline: tuple[str, ...] = ()) -> Peers:
+        made.append(Peers(handlers, inline))
         return made[-1]
 
     yield make
@@ -388,3 +389,18 @@ def test_malformed_response_fails_only_that_call() -> None:
     assert raised.value.message.startswith("malformed response to test.Echo/Echo")
     mux.close()
     peer.close()
+
+
+def test_inline_methods_run_on_the_reader_and_the_others_on_workers(peers) -> None:
+    def thread_name(_payload: bytes) -> bytes:
+        return threading.current_thread().name.encode()
+
+    p = peers({"Quick": thread_name, "Other": thread_name, "Fails": failing(ValueError("boom"))},
+              inline=("Quick", "Fails"))
+    assert p.client.call(SERVICE, "Quick", b"", timeout=2) == b"nri-mux-reader"
+    assert p.client.call(SERVICE, "Other", b"", timeout=2).startswith(b"nri-ttrpc-2-")
+    with pytest.raises(TtrpcError) as raised:  # a failing inline handler is a status, the
+        p.client.call(SERVICE, "Fails", b"", timeout=2)  # reader carries on
+    assert (raised.value.code, raised.value.message) == (Code.UNKNOWN, "boom")
+    assert p.client.call(SERVICE, "Quick", b"", timeout=2) == b"nri-mux-reader"
+

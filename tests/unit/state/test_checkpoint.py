@@ -5,10 +5,13 @@ from __future__ import annotations
 
 import json
 import logging
+import os
+import shutil
 import signal
 import stat
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -119,6 +122,25 @@ def test_a_bad_file_is_set_aside_with_a_warning(state_dir, caplog, damage, reaso
     assert aside.read_bytes() == bad  # kept for a person to look at
     assert reason in caplog.text and aside.name in caplog.text
     store.save(PAYLOAD)  # and the next write starts afresh
+    assert store.load() == PAYLOAD
+
+
+def test_a_removed_folder_is_made_again_and_a_stale_temp_of_the_same_name_is_overwritten(
+        state_dir):
+    store = _store(state_dir)
+    store.save(PAYLOAD)
+    shutil.rmtree(state_dir)
+    # What a killed writer with this pid and thread left: longer than the new file.
+    state_dir.mkdir(mode=0o700)
+    stale = state_dir / f"{cp.FILE_NAME}.tmp-{os.getpid()}-{threading.get_ident()}"
+    stale.write_bytes(b"x" * 100_000)
+    store.save(PAYLOAD)
+    assert [p.name for p in state_dir.iterdir()] == [cp.FILE_NAME]
+    assert stat.S_IMODE(store.path.stat().st_mode) == 0o600
+    assert store.load() == PAYLOAD
+    shutil.rmtree(state_dir)
+    store.save(PAYLOAD)  # the folder is gone: made again, 0700
+    assert stat.S_IMODE(state_dir.stat().st_mode) == 0o700
     assert store.load() == PAYLOAD
 
 
