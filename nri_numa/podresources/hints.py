@@ -1,0 +1,89 @@
+"""What the kubelet says a container holds → NUMA hints per resource, as the engine takes them
+(``ContainerRequest.device_numa_hints``).
+
+The device plugin reports each device's NUMA nodes and the kubelet passes them on
+(``ContainerDevices.topology.nodes``); that is the first source. A plugin that reports no
+topology still names its devices, and the common ids can be found in the machine's topology:
+GPU UUIDs (NVIDIA's default ``DEVICE_ID_STRATEGY=uuid``, also with a time-slicing replica
+suffix ``::N``), PCI addresses (SR-IOV and AMD plugins), and for ``nvidia.com/gpu`` NVML
+indices (``DEVICE_ID_STRATEGY=index``). Nodes the machine does not have are dropped: a hint must
+never name a node the engine cannot place on.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+
+from nri_numa.engine.context import GPU_RESOURCE
+from nri_numa.podresources.pb import api_pb2 as pr
+from nri_numa.topology.model import Topology
+
+_PCI_ADDRESS = re.compile(r"([0-9a-f]{4,8}):([0-9a-f]{2}):([0-9a-f]{2})\.([0-7])")
+_REPLICA_SUFFIX = "::"  # NVIDIA time-slicing / MPS: "GPU-<uuid>::3"
+
+
+class DeviceNodes:
+    """NUMA node of a device id, from the topology model; built once per topology."""
+
+    def __init__(self, topology: Topology) -> None:
+        self._numa_ids = frozenset(n.id for n in topology.numa_nodes)
+        self._gpu_by_uuid = {g.uuid.lower(): g.numa_node for g in topology.gpus}
+        self._gpu_by_index = {str(g.index): g.numa_node for g in topology.gpus}
+        self._pci = {d.address: d.numa_node for d in topology.pci_devices}
+
+    @property
+    def numa_ids(self) -> frozenset[int]:
+        return self._numa_ids
+
+    def node_of(self, resource: str, device_id: str) -> int | None:
+        """The NUMA node of one device id, or None when the machine does not know it."""
+        ident = device_id.strip().split(_REPLICA_SUFFIX, 1)[0].lower()
+        if ident in self._gpu_by_uuid:
+            return self._gpu_by_uuid[ident]
+        if (address := pci_address(ident)) is not None:
+            return self._pci.get(address)
+        if resource == GPU_RESOURCE:
+            return self._gpu_by_index.get(ident)
+        return None
+
+
+def pci_address(text: str) -> str | None:
+    """``0000:81:00.0`` as sysfs writes it; NVML's eight-digit domain is shortened."""
+    m = _PCI_ADDRESS.fullmatch(text.lower())
+    if m is None:
+        return None
+    domain = m[1][-4:] if m[1][:-4].strip("0") == "" else m[1]
+    return f"{domain}:{m[2]}:{m[3]}.{m[4]}"
+
+
+def find_container(pods: Iterable[pr.PodResources], namespace: str, pod: str,
+                   container: str) -> pr.ContainerResources | None:
+    """The container's entry among the kubelet's pods; None when the kubelet does not list it."""
+    for entry in pods:
+        if entry.namespace == namespace and entry.name == pod:
+            for c in entry.containers:
+                if c.name == container:
+                    return c
+    return None
+
+
+def container_hints(container: pr.ContainerResources,
+                    devices: DeviceNodes) -> dict[str, frozenset[int]]:
+    """Resource name → NUMA nodes of the devices the kubelet gave ``container``; resources whose
+    nodes are unknown are left out."""
+    nodes: dict[str, set[int]] = {}
+    for group in container.devices:
+        if not group.resource_name:
+            continue
+        found = nodes.setdefault(group.resource_name, set())
+        if group.topology.nodes:
+            found.update(n.ID for n in group.topology.nodes)
+        else:
+            for device_id in group.device_ids:
+                node = devices.node_of(group.resource_name, device_id)
+                if node is not None:
+                    found.add(node)
+    return {name: frozenset(ids & devices.numa_ids) for name, ids in nodes.items()
+            if ids & devices.numa_ids}
+

@@ -1,0 +1,150 @@
+"""The kubelet's device hints for one container, for the NRI plugin (docs/podresources.md).
+
+``KubeletDeviceHints(namespace, pod, container)`` asks the kubelet which devices the container
+got and returns ``{resource: NUMA nodes}``. It never fails: without the socket, or when the
+kubelet does not answer in time, it returns no hints and the plugin places the container on
+what the runtime shows. It asks ``Get`` (one pod) and falls back to ``List`` where the kubelet
+has no ``Get`` or has it switched off. Nothing is cached across containers but the channel and
+what the kubelet supports; a failed call keeps further calls off for a while, so a hung kubelet
+costs one deadline, not one per container (a Synchronize adopting many containers would
+otherwise run past the runtime's timeout).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from nri_numa.podresources.hints import DeviceNodes, container_hints, find_container
+from nri_numa.topology.model import Topology
+
+if TYPE_CHECKING:
+    from nri_numa.podresources.client import PodResourcesClient
+    from nri_numa.podresources.pb import api_pb2 as pr
+
+log = logging.getLogger(__name__)
+
+BUDGET_S = 0.15  # for one container, Get and a fallback List together
+QUIET_AFTER_FAILURE_S = 10.0  # no calls for this long after one failed
+RECHECK_GET_S = 300.0  # ask Get again this long after the kubelet said it has none (upgrades)
+
+
+class KubeletDeviceHints:
+    """A hint source: ``(namespace, pod, container) → {resource: frozenset(NUMA nodes)}``."""
+
+    def __init__(self, socket_path: str, topology: Topology, *, budget_s: float = BUDGET_S,
+                 quiet_after_failure_s: float = QUIET_AFTER_FAILURE_S,
+                 recheck_get_s: float = RECHECK_GET_S,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        if not socket_path:
+            raise ValueError("PodResources socket path is empty")
+        self.socket_path = socket_path
+        self._devices = DeviceNodes(topology)
+        self._budget_s = budget_s
+        self._quiet_s = quiet_after_failure_s
+        self._recheck_get_s = recheck_get_s
+        self._clock = clock
+        self._client: PodResourcesClient | None = None
+        self._quiet_until = 0.0
+        self._get_off_until = 0.0
+        self._failing = False  # a failure was logged; the next success says so
+        self._socket_seen: bool | None = None
+
+    def __call__(self, namespace: str, pod: str, container: str) -> dict[str, frozenset[int]]:
+        now = self._clock()
+        if now < self._quiet_until or not self._socket_present():
+            return {}
+        try:
+            client = self._connect()
+            # The budget starts once grpcio is loaded (100-250 ms, once; see warm_up).
+            entry = self._container(client, namespace, pod, container,
+                                    self._clock() + self._budget_s)
+        except Exception as e:  # noqa: BLE001 - a hint source must never fail a container
+            self._failed(e, now)
+            return {}
+        if self._failing:
+            log.info("kubelet PodResources at %s answers again", self.socket_path)
+            self._failing = False
+        if entry is None:
+            log.debug("kubelet lists no container %s in pod %s/%s", container, namespace, pod)
+            return {}
+        hints = container_hints(entry, self._devices)
+        if hints:
+            log.debug("kubelet devices of %s/%s %s: %s", namespace, pod, container,
+                      {k: sorted(v) for k, v in hints.items()})
+        return hints
+
+    def warm_up(self) -> None:
+        """Load grpcio and open the channel now if the socket exists, so that the first
+        container does not wait for the import."""
+        if self._socket_present():
+            try:
+                self._connect()
+            except Exception as e:  # noqa: BLE001 - the calls will say it again, softly
+                log.warning("kubelet PodResources client not ready: %s", e)
+
+    def close(self) -> None:
+        if self._client is not None:
+            self._client.close()
+            self._client = None
+
+    # --- steps ------------------------------------------------------------------------------
+
+    def _socket_present(self) -> bool:
+        present = os.path.exists(self.socket_path)
+        if present != self._socket_seen:
+            if present:
+                log.info("using the kubelet's PodResources API at %s", self.socket_path)
+            elif self._socket_seen is not None:
+                log.warning("kubelet PodResources socket %s is gone; placing without the "
+                            "kubelet's device hints", self.socket_path)
+            self._socket_seen = present
+        return present
+
+    def _connect(self) -> PodResourcesClient:
+        if self._client is None:
+            # grpcio is imported here, the first time the socket exists, not at start-up.
+            from nri_numa.podresources.client import PodResourcesClient
+
+            self._client = PodResourcesClient(self.socket_path)
+        return self._client
+
+    def _container(self, client: PodResourcesClient, namespace: str, pod: str, container: str,
+                   deadline: float) -> pr.ContainerResources | None:
+        from nri_numa.podresources.client import PodResourcesError
+
+        if self._clock() >= self._get_off_until:
+            try:
+                found = client.get(namespace, pod, timeout_s=deadline - self._clock())
+                return find_container([found], namespace, pod, container)
+            except PodResourcesError as e:
+                if not e.get_unsupported:
+                    if "not found" in str(e):
+                        return None  # the kubelet does not run this pod (not a Kubernetes pod)
+                    raise
+                log.info("kubelet has no PodResources Get (%s); using List", e)
+                self._get_off_until = self._clock() + self._recheck_get_s
+        return find_container(client.list(timeout_s=deadline - self._clock()),
+                              namespace, pod, container)
+
+    def _failed(self, error: Exception, now: float) -> None:
+        self._quiet_until = now + self._quiet_s
+        if self._failing:
+            log.debug("kubelet PodResources still failing: %s", error)
+            return
+        self._failing = True
+        log.warning("%s; placing without the kubelet's device hints, asking again in %.0f s",
+                    error, self._quiet_s)
+
+
+def hint_source(socket_path: str, topology: Topology) -> KubeletDeviceHints | None:
+    """The agent's hint source for ``--pod-resources-socket``; None when it is "" (off). A path
+    that does not exist yet costs one stat per container until the kubelet creates it."""
+    if not socket_path:
+        return None
+    source = KubeletDeviceHints(socket_path, topology)
+    source.warm_up()
+    return source
