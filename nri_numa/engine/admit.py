@@ -14,6 +14,7 @@ from nri_numa.engine.annotations import AnnotationError, pod_topology
 from nri_numa.engine.config import TopologyScope
 from nri_numa.engine.context import EngineContext
 from nri_numa.engine.decision import Decision, Placement, Rejection, refusal_message
+from nri_numa.engine.devices.requested import with_annotated_devices
 from nri_numa.engine.providers.cpu import CpuProvider
 from nri_numa.engine.providers.devices import DeviceProvider
 from nri_numa.engine.providers.memory import MemoryProvider
@@ -38,6 +39,7 @@ def admit(ctx: EngineContext, allocs: Allocations, pod: PodRequest,
     try:
         chosen = (pod_topology(ctx.config, pod.annotations) if pod.annotations
                   else ctx.node_topology)
+        pod = with_annotated_devices(pod, ctx.devices, ctx.device_classes)
     except AnnotationError as e:
         rejection = Rejection(None, "InvalidAnnotation", str(e), str(ctx.config.topology_manager_policy))
         return Admission(Decision(pod.uid, str(ctx.config.topology_manager_policy),

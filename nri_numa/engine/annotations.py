@@ -12,6 +12,11 @@ The node may forbid overrides altogether (``allowPodOverrides: false``); a pod t
 there gets an error too. Unknown names under the prefix are errors as well, so that a typo is
 not mistaken for "no override"; parts that add annotations of their own under the prefix pass
 their names in ``other_known``.
+
+Devices are asked for under the same prefix (docs/devices.md): ``numa.nri.io/devices.<container>``
+on the pod, or ``numa.nri.io/devices`` on the container itself; they are requests, not overrides,
+so ``allowPodOverrides`` does not gate them. Their values are read by
+``nri_numa.engine.devices.requested``.
 """
 
 from __future__ import annotations
@@ -26,6 +31,8 @@ PREFIX = "numa.nri.io/"
 TOPOLOGY_POLICY = PREFIX + "topology-policy"
 TOPOLOGY_SCOPE = PREFIX + "topology-scope"
 OVERRIDES = (TOPOLOGY_POLICY, TOPOLOGY_SCOPE)
+DEVICES = PREFIX + "devices"  # on a container: the devices it asks for
+DEVICES_FOR = DEVICES + "."  # + a container name, on the pod: what that container asks for
 
 R = TypeVar("R", bound=Ranked)
 
@@ -68,11 +75,17 @@ def pod_topology(config: EngineConfig, annotations: Mapping[str, str], *,
     return PodTopology(policy=policy, scope=scope, overridden=overridden)
 
 
+def is_device_annotation(name: str) -> bool:
+    """``numa.nri.io/devices`` or ``numa.nri.io/devices.<container>``."""
+    return name == DEVICES or (name.startswith(DEVICES_FOR) and len(name) > len(DEVICES_FOR))
+
+
 def _check_names(ours: Mapping[str, str], known: frozenset[str]) -> None:
     for name in sorted(ours):
-        if name not in known:
+        if name not in known and not is_device_annotation(name):
+            names = sorted(known | {DEVICES, DEVICES_FOR + "<container>"})
             raise AnnotationError(f"annotation {name}: unknown; annotations under {PREFIX} are "
-                                  f"{', '.join(sorted(known))}")
+                                  f"{', '.join(names)}")
 
 
 def _narrowed(ours: Mapping[str, str], name: str, node_value: R, key: str) -> R:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property
 from types import MappingProxyType
 
@@ -14,6 +14,8 @@ from nri_numa.engine.config import (ConfigError, CpuManagerPolicy, EngineConfig,
 from nri_numa.engine.cpu import CPUTopology, NotEnoughCPUsError, checked_mask, take_cpus
 from nri_numa.engine.devices import Chooser, Device, Resource
 from nri_numa.engine.devices.gpu_select import gpu_chooser
+from nri_numa.engine.devices.nic_select import nic_chooser
+from nri_numa.engine.devices.requested import NIC_CLASS, PCI_PREFIX, pci_resource
 from nri_numa.engine.memory import MemoryState, check_reserved_memory
 from nri_numa.engine.merge import MachineMerge
 from nri_numa.engine.policy.options import (DEFAULT_MAX_ALLOWABLE_NUMA_NODES,
@@ -47,7 +49,7 @@ class EngineContext:
                   _reserved_cpus(config, cpus), MappingProxyType(devices))
         if config.memory_manager_policy is MemoryManagerPolicy.STATIC:
             try:
-                check_reserved_memory(topology, config.reserved_memory_by_node)
+                check_reserved_memory(ctx.memory_topology, config.reserved_memory_by_node)
             except ValueError as e:
                 raise ConfigError([str(e)]) from None
         return ctx
@@ -67,7 +69,8 @@ class EngineContext:
     def empty_allocations(self) -> Allocations:
         online = self.topology.online_cpus
         shared = online - self.reserved_cpus if self.strict_reservation else online
-        memory = (MemoryState.from_topology(self.topology, self.config.reserved_memory_by_node)
+        memory = (MemoryState.from_topology(self.memory_topology,
+                                            self.config.reserved_memory_by_node)
                   if self.memory_static else None)
         return Allocations(shared=shared, memory=memory)
 
@@ -83,6 +86,17 @@ class EngineContext:
 
     # Values derived from the machine and configuration alone, kept for every later admission:
     # rebuilding them per admission was a measurable share of its cost (bench/bench_admission.py).
+
+    @cached_property
+    def memory_topology(self) -> Topology:
+        """The machine as the Memory Manager sees it: NUMA nodes without CPUs (a GPU's memory
+        on GB200 and GH200, CXL memory) hold no container memory, so that a container's memory
+        never lands on them. The kubelet would count them (docs/devices.md)."""
+        if all(n.cpus for n in self.topology.numa_nodes):
+            return self.topology
+        nodes = tuple(n if n.cpus else replace(n, memory_bytes=0, hugepages={})
+                      for n in self.topology.numa_nodes)
+        return replace(self.topology, numa_nodes=nodes)
 
     @cached_property
     def node_of_cpu(self) -> Mapping[int, int]:
@@ -126,15 +140,61 @@ class EngineContext:
         """How GPUs (resource ``GPU_RESOURCE``) are picked among those that fit the hint."""
         return gpu_chooser(self.topology)
 
+    @cached_property
+    def device_classes(self) -> Mapping[str, tuple[str, ...]]:
+        """Class names an annotation may use → the resources they stand for (``nic`` → every
+        ``pci/`` resource of the machine's NICs)."""
+        nics = tuple(sorted(n for n in nic_resources(self.topology) if n in self.devices))
+        return MappingProxyType({NIC_CLASS: nics})
+
+    def device_order(self, name: str) -> tuple[int, str]:
+        """Allocation order of a container's resources: GPUs first, so that its NICs can be
+        chosen near the GPUs it got; then every other resource by name."""
+        return (0 if name == GPU_RESOURCE else 1, name)
+
+    def device_chooser(self, name: str, given: Mapping[str, tuple[str, ...]]) -> Chooser | None:
+        """The chooser for resource ``name``, knowing what the container was ``given`` so far
+        (None: the allocator's default, lowest ids)."""
+        if name == GPU_RESOURCE:
+            return self.choose_gpus
+        if name.startswith(PCI_PREFIX) and name in self._nic_resource_names:
+            return nic_chooser(self.topology, given.get(GPU_RESOURCE, ()))
+        return None
+
+    @cached_property
+    def _nic_resource_names(self) -> frozenset[str]:
+        return frozenset(nic_resources(self.topology))
+
 
 def device_resources(topology: Topology) -> dict[str, Resource]:
-    """The device-plugin resources the machine itself shows: GPUs by UUID (as NVIDIA's plugin
-    names them)."""
-    if not topology.gpus:
-        return {}
-    return {GPU_RESOURCE: Resource(GPU_RESOURCE, tuple(
-        Device(g.uuid, frozenset() if g.numa_node is None else frozenset({g.numa_node}))
-        for g in topology.gpus))}
+    """The device resources the machine itself shows: GPUs by UUID (as NVIDIA's plugin names
+    them) and NICs (``nic_resources``)."""
+    resources = nic_resources(topology)
+    if topology.gpus:
+        resources[GPU_RESOURCE] = Resource(GPU_RESOURCE, tuple(
+            Device(g.uuid, _nodes(g.numa_node)) for g in topology.gpus))
+    return resources
+
+
+def nic_resources(topology: Topology) -> dict[str, Resource]:
+    """The NICs' physical functions, one resource per PCI vendor:device (``pci/15b3:1021``),
+    each NIC known by its PCI address. A NIC whose PCI function the topology does not list is
+    left out: without it there is neither a NUMA node nor a PCIe path to choose by. SR-IOV VFs
+    are the SR-IOV device plugin's business and are not offered."""
+    by_kind: dict[str, dict[str, Device]] = {}
+    for nic in topology.nics:
+        pci = topology.pci(nic.pci_address) if nic.pci_address else None
+        if pci is None or pci.physfn is not None:
+            continue
+        # Two netdevs of one function (an IPoIB child, a representor) are one device.
+        by_kind.setdefault(pci_resource(pci.vendor, pci.device), {})[pci.address] = Device(
+            pci.address, _nodes(pci.numa_node))
+    return {name: Resource(name, tuple(devices.values()))
+            for name, devices in sorted(by_kind.items())}
+
+
+def _nodes(node: int | None) -> frozenset[int]:
+    return frozenset() if node is None else frozenset({node})
 
 
 def _reserved_cpus(config: EngineConfig, cpus: CPUTopology) -> frozenset[int]:

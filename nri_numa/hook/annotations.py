@@ -2,22 +2,24 @@
 
 * ``numa.nri.io/hook: "true"`` opts a container in: the hooks.d files fire only for containers
   that carry it (``when.annotations``), so nobody else pays for the hook.
-* ``numa.nri.io/devices: "nvidia.com/gpu=2"`` asks for devices (``resource=count``, comma
-  separated). Only podman's precreate stage can give them, by adding them to the spec; a
-  createRuntime hook refuses such a container rather than running it without its devices.
+* ``numa.nri.io/devices: "nvidia.com/gpu=2,nic=1"`` asks for devices (docs/devices.md; the
+  syntax is ``nri_numa.engine.devices.requested``'s, shared by every front door). Only podman's
+  precreate stage can give them, by adding them to the spec; a createRuntime hook refuses such a
+  container rather than running it without its devices.
 
-Both are the hook's business: they are taken out before the engine checks the remaining
-``numa.nri.io/`` annotations (which refuses names it does not know).
+Both are taken out before the engine checks the remaining ``numa.nri.io/`` annotations; a pod's
+``numa.nri.io/devices.<container>`` stays in, for the engine applies it itself.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 
-from nri_numa.engine.annotations import PREFIX
+from nri_numa.engine.annotations import DEVICES, PREFIX, AnnotationError
+from nri_numa.engine.devices.requested import container_devices
 
 HOOK_ANNOTATION = PREFIX + "hook"
-DEVICES_ANNOTATION = PREFIX + "devices"
+DEVICES_ANNOTATION = DEVICES
 HOOK_ANNOTATIONS = (HOOK_ANNOTATION, DEVICES_ANNOTATION)
 
 
@@ -26,24 +28,15 @@ class HookAnnotationError(ValueError):
 
 
 def engine_annotations(annotations: Mapping[str, str]) -> dict[str, str]:
-    """The annotations under the prefix that the engine judges (policy and scope overrides)."""
+    """The annotations under the prefix that the engine judges (policy and scope overrides,
+    the pod's per-container device requests)."""
     return {k: v for k, v in annotations.items()
             if k.startswith(PREFIX) and k not in HOOK_ANNOTATIONS}
 
 
 def device_request(annotations: Mapping[str, str]) -> dict[str, int]:
-    """``numa.nri.io/devices`` as resource → count; empty when absent."""
-    raw = annotations.get(DEVICES_ANNOTATION, "").strip()
-    if not raw:
-        return {}
-    counts: dict[str, int] = {}
-    for item in raw.split(","):
-        name, sep, count = (part.strip() for part in item.partition("="))
-        if not sep or not name or not count.isdigit() or int(count) == 0:
-            raise HookAnnotationError(
-                f'annotation {DEVICES_ANNOTATION}: "{item.strip()}" is not resource=count '
-                "(a positive count), e.g. nvidia.com/gpu=1")
-        if name in counts:
-            raise HookAnnotationError(f"annotation {DEVICES_ANNOTATION}: {name} is named twice")
-        counts[name] = int(count)
-    return counts
+    """``numa.nri.io/devices`` as resource → count, names as written; empty when absent."""
+    try:
+        return container_devices(annotations)
+    except AnnotationError as e:
+        raise HookAnnotationError(str(e)) from None

@@ -2,8 +2,9 @@
 
 precreate runs before the runtime sees the spec, so what it writes there is what runc (and
 systemd, under the systemd driver) apply and later re-apply: ``linux.resources.cpu.cpus`` and
-``mems``, the GPUs' device nodes with their device-cgroup allow rules, and
-``NVIDIA_VISIBLE_DEVICES``. It is the only stage that can give a container devices.
+``mems``, and the devices it was given (``nri_numa.runtime.device_grant``): the GPUs' and the
+NICs' RDMA device nodes with their device-cgroup allow rules, and ``NVIDIA_VISIBLE_DEVICES``.
+It is the only stage that can give a container devices.
 
 The stage gets no OCI state: the container's id comes from the spec's ``linux.cgroupsPath``
 (``/libpod_parent/libpod-<id>``, or ``machine.slice:libpod:<id>`` under systemd). The container
@@ -19,15 +20,12 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from nri_numa.engine.context import GPU_RESOURCE
 from nri_numa.engine.decision import Placement
-from nri_numa.runtime.to_request import NVIDIA_MAJOR, NVIDIA_VISIBLE_DEVICES
+from nri_numa.runtime.device_grant import DEVICE_ACCESS, Grant
 from nri_numa.topology.cpulist import format_list
-from nri_numa.topology.model import Topology
 
 _CONTAINER_ID = re.compile(r"(?<![0-9a-f])[0-9a-f]{64}(?![0-9a-f])")
 CLAIMING_STAGES = ("createRuntime", "prestart")
-DEVICE_FILE_MODE = 0o666
 
 
 class SpecError(ValueError):
@@ -59,9 +57,8 @@ def has_claiming_hook(spec: Mapping[str, Any]) -> bool:
     return False
 
 
-def placed_spec(spec: Mapping[str, Any], placement: Placement,
-                topology: Topology) -> dict[str, Any]:
-    """A copy of ``spec`` with the placement written into it."""
+def placed_spec(spec: Mapping[str, Any], placement: Placement, grant: Grant) -> dict[str, Any]:
+    """A copy of ``spec`` with the placement and the ``grant`` of its devices written into it."""
     out = copy.deepcopy(dict(spec))
     linux = _child(out, "linux", "spec")
     resources = _child(linux, "resources", "linux")
@@ -69,34 +66,29 @@ def placed_spec(spec: Mapping[str, Any], placement: Placement,
     cpu["cpus"] = format_list(placement.cpus)
     if placement.mems is not None:
         cpu["mems"] = format_list(placement.mems)
-    gpus = placement.devices.get(GPU_RESOURCE, ())
-    if gpus:
-        _add_gpus(out, linux, resources, gpus, topology)
+    if grant:
+        _add_grant(out, linux, resources, grant)
     return out
 
 
-def _add_gpus(spec: dict[str, Any], linux: dict[str, Any], resources: dict[str, Any],
-              uuids: tuple[str, ...], topology: Topology) -> None:
-    by_uuid = {g.uuid: g for g in topology.gpus}
+def _add_grant(spec: dict[str, Any], linux: dict[str, Any], resources: dict[str, Any],
+               grant: Grant) -> None:
     devices = _list(linux, "devices", "linux")
     rules = _list(resources, "devices", "linux.resources")
     present = {d.get("path") for d in devices if isinstance(d, dict)}
-    for uuid in uuids:
-        gpu = by_uuid.get(uuid)
-        if gpu is None or gpu.minor is None:
-            raise SpecError(f"GPU {uuid} has no /dev/nvidia<minor> in the topology: cannot add "
-                            "its device node")
-        path = f"/dev/nvidia{gpu.minor}"
-        if path not in present:
-            devices.append({"path": path, "type": "c", "major": NVIDIA_MAJOR,
-                            "minor": gpu.minor, "fileMode": DEVICE_FILE_MODE, "uid": 0, "gid": 0})
-        rules.append({"allow": True, "type": "c", "major": NVIDIA_MAJOR, "minor": gpu.minor,
-                      "access": "rwm"})
-    process = _child(spec, "process", "spec")
-    env = [e for e in _list(process, "env", "process")
-           if not (isinstance(e, str) and e.startswith(NVIDIA_VISIBLE_DEVICES + "="))]
-    env.append(f"{NVIDIA_VISIBLE_DEVICES}={','.join(uuids)}")
-    process["env"] = env
+    for node in grant.nodes:
+        if node.path not in present:
+            devices.append({"path": node.path, "type": node.type, "major": node.major,
+                            "minor": node.minor, "fileMode": node.file_mode, "uid": node.uid,
+                            "gid": node.gid})
+        rules.append({"allow": True, "type": node.type, "major": node.major,
+                      "minor": node.minor, "access": DEVICE_ACCESS})
+    if grant.env:
+        process = _child(spec, "process", "spec")
+        env = [e for e in _list(process, "env", "process")
+               if not (isinstance(e, str) and e.partition("=")[0] in grant.env)]
+        env += [f"{k}={v}" for k, v in sorted(grant.env.items())]
+        process["env"] = env
 
 
 def _child(parent: dict[str, Any], key: str, where: str) -> dict[str, Any]:

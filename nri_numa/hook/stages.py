@@ -20,9 +20,10 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
-from nri_numa.hook.annotations import HookAnnotationError, device_request
+from nri_numa.engine.annotations import AnnotationError
 from nri_numa.hook.cgroup import (CgroupError, CgroupFs, ContainerCgroup, ProcessGone, locate,
                                   write_cpuset)
 from nri_numa.hook.machine import Machine
@@ -30,7 +31,8 @@ from nri_numa.hook.oci import OciState
 from nri_numa.hook.precreate import SpecError, container_id, has_claiming_hook, placed_spec
 from nri_numa.hook.procs import ProcessId, is_running, process_id
 from nri_numa.hook.shared_ledger import Move, ProcessRecord, Refused, SharedLedger, StateError
-from nri_numa.runtime import DeviceLocator, RuntimeContainer, RuntimeInputError
+from nri_numa.runtime import (DeviceGranter, DeviceLocator, GrantError, RuntimeContainer,
+                              RuntimeInputError, asked_devices, requested_devices)
 from nri_numa.runtime.oci_spec import is_sandbox, runtime_container
 from nri_numa.state.checkpoint import CheckpointError, CheckpointStore
 from nri_numa.topology.cpulist import format_list
@@ -51,6 +53,7 @@ class HookEnv:
     fs: CgroupFs = field(default_factory=CgroupFs)
     lock_timeout: float = 3.0
     clock: Callable[[], float] = time.time
+    dev_root: Path = Path("/dev")  # the host's device nodes, for the devices precreate gives
 
 
 def create_runtime(env: HookEnv, state: OciState, spec: dict[str, Any]) -> str:
@@ -61,7 +64,7 @@ def create_runtime(env: HookEnv, state: OciState, spec: dict[str, Any]) -> str:
     container = _container(spec, state.id, state.annotations)
     if is_sandbox(container.annotations):
         return f"container {state.id} is a pod sandbox: left alone"
-    devices = _devices(container.annotations)
+    devices = _asked_devices(container)
     ident = process_id(env.fs.proc, state.pid)
     if ident is None:
         raise HookError(f"container {state.id}: its process {state.pid} is gone")
@@ -76,8 +79,10 @@ def create_runtime(env: HookEnv, state: OciState, spec: dict[str, Any]) -> str:
         if record is None:
             if devices:
                 raise Refused(f"container {state.id} asks for devices ({_names(devices)}), which "
-                              "a createRuntime hook cannot add; use podman's precreate hook, "
-                              "--device or CDI")
+                              "a createRuntime hook cannot add: the container's devices are "
+                              "fixed by then. Use podman's precreate hook, or give the devices "
+                              "with --device or CDI and drop the annotation (CPUs follow the "
+                              "devices a container has; docs/devices.md)")
             placement = book.admit(container)
             cpus, mems, exclusive = placement.cpus, placement.mems, placement.exclusive
             how = "placed"
@@ -119,14 +124,15 @@ def precreate(env: HookEnv, spec: dict[str, Any]) -> tuple[dict[str, Any], str]:
         raise HookError(f"container {cid}: the spec has no `nri-numa hook createRuntime` hook, "
                         "which claims what precreate places; install it next to the precreate "
                         "hook (hooks/nri-numa-createruntime.json)")
-    devices = _devices(container.annotations)
+    devices = _devices(env, container)
     with _transaction(env) as book:
         book.release(cid)  # a leftover of an earlier start of this container
         placement = book.admit(container, devices)
         book.attach(cid, ProcessRecord(None, None, None, env.clock()))
         try:
-            out = placed_spec(spec, placement, env.machine.topology)
-        except SpecError as e:
+            grant = DeviceGranter(env.machine.topology, env.dev_root).grant(placement.devices)
+            out = placed_spec(spec, placement, grant)
+        except (SpecError, GrantError) as e:
             raise HookError(f"container {cid}: {e}") from None
         _apply_and_save(env, book, book.shared_moves(skip=[cid]))
     devices_text = "".join(f", {k} {','.join(v)}" for k, v in placement.devices.items() if v)
@@ -234,11 +240,22 @@ def _container(spec: dict[str, Any], cid: str, annotations: Any) -> RuntimeConta
         raise HookError(f"container {cid}: bad spec: {e}") from None
 
 
-def _devices(annotations: Any) -> dict[str, int]:
+def _asked_devices(container: RuntimeContainer) -> dict[str, int]:
+    """Every device the container asks for by annotation (its own, its pod's), as written."""
     try:
-        return device_request(annotations)
-    except HookAnnotationError as e:
+        return asked_devices(container)
+    except AnnotationError as e:
         raise HookError(str(e)) from None
+
+
+def _devices(env: HookEnv, container: RuntimeContainer) -> dict[str, int]:
+    """The container's own ``numa.nri.io/devices`` in the machine's resource names (the pod's
+    ``numa.nri.io/devices.<container>`` travels with its annotations to the engine)."""
+    ctx = env.machine.ctx
+    try:
+        return requested_devices(container, ctx.devices, ctx.device_classes)
+    except AnnotationError as e:
+        raise HookError(f"container {container.name}: {e}") from None
 
 
 def _locate(env: HookEnv, pid: int, cid: str) -> ContainerCgroup:

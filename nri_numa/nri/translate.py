@@ -1,10 +1,11 @@
 """NRI messages ⇄ the runtime layer and the engine's placements.
 
 Inbound: ``PodSandbox`` and ``Container`` (NRI v0.6.1, docs/nri-wire.md §8) become the
-runtime-neutral ``RuntimePod``/``RuntimeContainer``. Outbound: a ``Placement`` becomes the
-``ContainerAdjustment`` of the container being created, and a cpuset for any other container
-becomes a ``ContainerUpdate``. cpus and mems travel in cpuset list syntax; an empty string
-would mean "leave alone", so an unknown value is simply not set.
+runtime-neutral ``RuntimePod``/``RuntimeContainer``. Outbound: a ``Placement`` (with the
+``Grant`` of its devices) becomes the ``ContainerAdjustment`` of the container being created,
+and a cpuset for any other container becomes a ``ContainerUpdate``. cpus and mems travel in
+cpuset list syntax; an empty string would mean "leave alone", so an unknown value is simply not
+set.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from functools import lru_cache
 
 from nri_numa.engine.decision import Placement
 from nri_numa.nri.pb import api_pb2 as api
+from nri_numa.runtime.device_grant import DEVICE_ACCESS, Grant
 from nri_numa.runtime.container import (DeviceNode, RuntimeContainer, RuntimeInputError,
                                         RuntimePod, page_size_kib, parse_cpuset, parse_env)
 from nri_numa.topology.cpulist import format_list
@@ -132,16 +134,31 @@ def cpuset_resources(cpus: frozenset[int], mems: frozenset[int] | None) -> api.L
     return resources
 
 
-def adjustment(placement: Placement) -> api.ContainerAdjustment:
+def adjustment(placement: Placement, grant: Grant | None = None) -> api.ContainerAdjustment:
     """The changes to the container being created: its cpuset (exclusive CPUs or the shared
-    pool) and, when the engine chose them, its memory nodes.
-
-    Devices (``linux.devices``) and their environment (``env``) are added here once the engine
-    hands devices out through NRI; today it only follows devices the container already has.
-    """
+    pool), when the engine chose them its memory nodes, and the devices it was given
+    (``grant``): their nodes in ``linux.devices``, an allow rule for each in
+    ``linux.resources.devices``, and their environment (``NVIDIA_VISIBLE_DEVICES``)."""
     adjust = api.ContainerAdjustment()
     adjust.linux.resources.CopyFrom(cpuset_resources(placement.cpus, placement.mems))
+    if grant:
+        add_devices(adjust, grant)
     return adjust
+
+
+def add_devices(adjust: api.ContainerAdjustment, grant: Grant) -> None:
+    for node in grant.nodes:
+        device = adjust.linux.devices.add(path=node.path, type=node.type, major=node.major,
+                                          minor=node.minor)
+        device.file_mode.value = node.file_mode
+        device.uid.value = node.uid
+        device.gid.value = node.gid
+        adjust.linux.resources.devices.add(allow=True, type=node.type, access=DEVICE_ACCESS)
+        rule = adjust.linux.resources.devices[-1]
+        rule.major.value = node.major
+        rule.minor.value = node.minor
+    for key, value in sorted(grant.env.items()):
+        adjust.env.add(key=key, value=value)
 
 
 def cpuset_update(container_id: str, cpus: frozenset[int], mems: frozenset[int] | None = None,

@@ -14,7 +14,8 @@ pod spec, so each request is read back from it (docs/real-runtimes.md):
 * **CPU limit** from quota/period, **memory limit** as is; hugepage limits are also the
   requests (hugepages cannot be overcommitted). Kubernetes does not pass the memory request to
   the runtime; only Guaranteed pods (request = limit) need it, for the Memory Manager.
-* **Devices** the container already has become NUMA hints, so CPUs and memory follow them.
+* **Devices** the container already has become NUMA hints, so CPUs and memory follow them;
+  devices it asks for by annotation become its device request (docs/devices.md).
 """
 
 from __future__ import annotations
@@ -24,14 +25,17 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
+from nri_numa.engine.annotations import DEVICES
 from nri_numa.engine.context import GPU_RESOURCE
+from nri_numa.engine.devices import Resource
+from nri_numa.engine.devices.requested import (container_devices, pod_devices_for,
+                                               resolve_devices)
 from nri_numa.engine.request import ContainerRequest, PodRequest, QosClass
 from nri_numa.runtime.container import DeviceNode, RuntimeContainer, RuntimePod
+from nri_numa.runtime.device_grant import NVIDIA_MAJOR, NVIDIA_VISIBLE_DEVICES, gpus_by_minor
 from nri_numa.topology.model import Gpu, Topology
 
 MIN_SHARES = 2  # the kubelet's floor: what a container without a CPU request gets
-NVIDIA_MAJOR = 195  # /dev/nvidiaN; minors 254 and 255 are nvidia-modeset and nvidiactl
-NVIDIA_VISIBLE_DEVICES = "NVIDIA_VISIBLE_DEVICES"
 DEFAULT_NAMESPACE = "default"
 
 _POD_UID_LABEL = "io.kubernetes.pod.uid"
@@ -93,16 +97,17 @@ class DeviceLocator:
     """Finds the NUMA node of a container's devices through the topology model.
 
     NVIDIA nodes (``/dev/nvidiaN``) have no sysfs entry: they are matched to the topology's
-    GPUs by minor. Other char and block devices are followed from ``/sys/dev/<kind>/MAJ:MIN``
-    to the nearest PCI function above them. ``NVIDIA_VISIBLE_DEVICES`` (UUIDs or NVML
-    indices) names GPUs the NVIDIA runtime hook adds after the runtime asked us. Results are
+    GPUs by minor (NVML's, else the driver's ``/proc/driver/nvidia``). Other char and block
+    devices are followed from ``/sys/dev/<kind>/MAJ:MIN`` to the nearest PCI function above
+    them. ``NVIDIA_VISIBLE_DEVICES`` (UUIDs or NVML indices) names GPUs the NVIDIA runtime hook
+    adds after the runtime asked us. Results are
     cached per device number: sysfs links do not change while a device exists.
     """
 
     def __init__(self, topology: Topology, sysfs_root: str | Path = "/") -> None:
         self._topology = topology
         self._root = Path(sysfs_root)
-        self._gpu_by_minor = {g.minor: g for g in topology.gpus if g.minor is not None}
+        self._gpu_by_minor = gpus_by_minor(topology, self._root)
         self._gpu_by_uuid = {g.uuid: g for g in topology.gpus}
         self._gpu_by_index = {str(g.index): g for g in topology.gpus}
         self._pci_node: dict[tuple[str, int, int], int | None] = {}
@@ -161,6 +166,26 @@ def _add(hints: dict[str, set[int]], name: str, node: int | None) -> None:
         hints.setdefault(name, set()).add(node)
 
 
+# --- devices asked for by annotation ------------------------------------------------------
+
+
+def requested_devices(container: RuntimeContainer, resources: Mapping[str, Resource],
+                      classes: Mapping[str, tuple[str, ...]]) -> dict[str, int]:
+    """What the container's own ``numa.nri.io/devices`` asks for, in the machine's resource
+    names. The pod's ``numa.nri.io/devices.<container>`` is applied by the engine itself (it
+    travels with the pod's annotations). AnnotationError names a bad value."""
+    return resolve_devices(container_devices(container.annotations), resources, classes,
+                           DEVICES)
+
+
+def asked_devices(container: RuntimeContainer) -> dict[str, int]:
+    """Every device the container asks for by annotation, its own and its pod's, names as
+    written: for a front door that cannot give devices and must refuse. AnnotationError names
+    a bad value."""
+    return {**pod_devices_for(container.pod.annotations, container.name),
+            **container_devices(container.annotations)}
+
+
 # --- requests ------------------------------------------------------------------------------
 
 
@@ -171,9 +196,10 @@ def pod_qos(pod: RuntimePod) -> QosClass | None:
 
 def container_request(container: RuntimeContainer, qos: QosClass | None,
                       device_hints: Mapping[str, frozenset[int]] | None = None,
-                      ) -> ContainerRequest:
+                      devices: Mapping[str, int] | None = None) -> ContainerRequest:
     """The engine's view of one container (always an app container: runtimes do not say which
-    containers are init containers; see docs/nri-plugin.md)."""
+    containers are init containers; see docs/nri-plugin.md). ``devices``: what it asks for by
+    its own annotation (``requested_devices``)."""
     cpu_limit = cpu_limit_millicores(container.cpu_quota, container.cpu_period)
     memory_limit = _positive(container.memory_limit)
     if qos is None:
@@ -192,7 +218,7 @@ def container_request(container: RuntimeContainer, qos: QosClass | None,
         name=container.name, cpu_request=cpu_request, cpu_limit=cpu_limit,
         memory_request=memory_request, memory_limit=memory_limit,
         hugepages_requests=pages, hugepages_limits=pages,
-        device_numa_hints=dict(device_hints or {}))
+        devices=dict(devices or {}), device_numa_hints=dict(device_hints or {}))
 
 
 def pod_identity(pod: RuntimePod) -> tuple[str, str, str]:

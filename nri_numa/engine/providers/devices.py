@@ -15,7 +15,7 @@ from dataclasses import replace
 
 from nri_numa.engine.allocations import Allocations
 from nri_numa.engine.bounded_hints import EXACT_NODE_LIMIT, Demand, bounded_hints
-from nri_numa.engine.context import GPU_RESOURCE, EngineContext
+from nri_numa.engine.context import EngineContext
 from nri_numa.engine.devices import Resource
 from nri_numa.engine.devices.allocate import (DeviceAllocationError, DeviceRequest,
                                               devices_to_allocate)
@@ -80,13 +80,14 @@ class DeviceProvider:
         entry = pod_alloc.entry(container.name)
         given = dict(entry.devices)
         reusable = dict(pod_alloc.reusable_devices)
-        for name, count in sorted(container.devices.items()):
+        for name, count in sorted(container.devices.items(),
+                                  key=lambda item: ctx.device_order(item[0])):
             resource = ctx.devices.get(name)
             if resource is None or count == 0 or name in given:
                 continue
             others = allocs.devices_in_use(name, except_pod=pod.uid) | _siblings_devices(
                 pod_alloc.containers, container.name, name)
-            chooser = ctx.choose_gpus if name == GPU_RESOURCE else None
+            chooser = ctx.device_chooser(name, given)
             try:
                 ids = devices_to_allocate(
                     DeviceRequest(pod.uid, container.name, name, count), resource,

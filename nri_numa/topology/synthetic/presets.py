@@ -15,6 +15,7 @@ from nri_numa.topology.model import Topology
 from nri_numa.topology.synthetic.build import build_topology
 from nri_numa.topology.synthetic.spec import (
     GIB,
+    CpulessNodeSpec,
     DistanceSpec,
     GpuSpec,
     MachineSpec,
@@ -126,6 +127,31 @@ def _pcie_4gpu() -> MachineSpec:
     )
 
 
+# GB200 compute tray: two Grace CPUs (72 Arm cores each, no SMT) and four B200 GPUs, two per
+# Grace. Each GPU's HBM is a NUMA node of its own, with memory and no CPUs, at distance 80 from
+# every other node (as the `nvidiagpunumanodes` hwloc tree shows); the Graces are 40 apart.
+# Each GPU shares a PCIe switch with one ConnectX-7, as on the DGX preset.
+_GB200_GPU_MEMORY = 186 * GIB
+_GB200_GPU_NODES = ((2, 0), (3, 0), (4, 1), (5, 1))  # (GPU memory node, its Grace)
+
+
+def _gb200() -> MachineSpec:
+    switches = tuple(
+        PcieSwitchSpec(grace, gpus=(GpuSpec("NVIDIA GB200", 0x2941, nvswitch_links=18,
+                                            minor=i),),
+                       nics=(NicSpec(NicKind.INFINIBAND, _CONNECTX7),), host_bus=0x10 + 0x10 * i)
+        for i, (_, grace) in enumerate(_GB200_GPU_NODES))
+    return MachineSpec(
+        name="gb200", sockets=2, nodes_per_socket=1, cores_per_node=72, threads_per_core=1,
+        distances=DistanceSpec(remote=40),
+        memory=MemorySpec(480 * GIB, hugepages={2048: 4096}),
+        cpuless_nodes=tuple(CpulessNodeSpec(node, _GB200_GPU_MEMORY, grace, near_distance=80,
+                                            far_distance=80)
+                            for node, grace in _GB200_GPU_NODES),
+        switches=switches,
+    )
+
+
 def _numa64_1024() -> MachineSpec:
     return MachineSpec(
         name="numa64-1024", sockets=8, nodes_per_socket=8, cores_per_node=8, cores_per_l3=8,
@@ -147,6 +173,8 @@ PRESETS: Mapping[str, Preset] = MappingProxyType({p.name: p for p in (
            _dgx_h100()),
     Preset("pcie-4gpu", "2-socket, 2×16 cores HT, 4 L40S in pairs behind 2 PCIe switches, 2 NICs",
            _pcie_4gpu()),
+    Preset("gb200", "GB200-like: 2 Grace × 72 cores, 4 GPUs, their memory on 4 CPU-less nodes, "
+                    "4 ConnectX-7", _gb200()),
     Preset("numa64-1024", "64 NUMA nodes, 1024 CPUs: 8 sockets × 8 nodes × 8 cores × 2 threads, 10/12/32",
            _numa64_1024()),
 )})

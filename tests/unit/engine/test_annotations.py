@@ -73,14 +73,23 @@ def test_unknown_names_under_the_prefix_are_errors():
     with pytest.raises(AnnotationError) as e:
         pod_topology(node(), {PREFIX + "topology-polcy": "restricted"})
     assert str(e.value) == (f"annotation {PREFIX}topology-polcy: unknown; annotations under "
-                            f"{PREFIX} are {TOPOLOGY_POLICY}, {TOPOLOGY_SCOPE}")
+                            f"{PREFIX} are {PREFIX}devices, {PREFIX}devices.<container>, "
+                            f"{TOPOLOGY_POLICY}, {TOPOLOGY_SCOPE}")
+
+
+@pytest.mark.parametrize("name", [PREFIX + "devices", PREFIX + "devices.main"])
+def test_device_requests_are_known_names_and_not_overrides(name):
+    config = node("restricted", allow_pod_overrides=False)
+    assert pod_topology(config, {name: "nvidia.com/gpu=1"}).overridden == ()
+    with pytest.raises(AnnotationError, match="devices.: unknown"):
+        pod_topology(config, {PREFIX + "devices.": "x=1"})  # no container name
 
 
 def test_other_parts_may_declare_their_own_names():
     devices = PREFIX + "align-devices"
     result = pod_topology(node(), {devices: "nvidia.com/gpu"}, other_known=[devices])
     assert result.overridden == ()
-    with pytest.raises(AnnotationError, match=f"are {devices}, {TOPOLOGY_POLICY}"):
+    with pytest.raises(AnnotationError, match=f"are {devices}, {PREFIX}devices, "):
         pod_topology(node(), {PREFIX + "typo": "x"}, other_known=[devices])
 
 

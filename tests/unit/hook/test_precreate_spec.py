@@ -1,5 +1,5 @@
 """podman's precreate stage: the container id from the spec, the check for the claiming hook, and
-the placement written into a copy of the spec (cpus, mems, GPU nodes, allow rules, env)."""
+the placement written into a copy of the spec (cpus, mems, device nodes, allow rules, env)."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import pytest
 
 from nri_numa.engine.decision import Placement
 from nri_numa.hook.precreate import SpecError, container_id, has_claiming_hook, placed_spec
+from nri_numa.runtime import DeviceGranter, Grant, GrantedNode
 from nri_numa.topology.synthetic import preset_topology
 
 CID = "775deecdf04b073ec8f6867fb451822ae3b83ac96e2c3978130362d9312a5b5e"
@@ -61,8 +62,7 @@ def _spec() -> dict:
 def test_cpus_and_mems_are_written_and_the_input_is_untouched():
     spec = _spec()
     before = copy.deepcopy(spec)
-    out = placed_spec(spec, Placement("c", frozenset({2, 3, 10}), True, frozenset({0})),
-                      preset_topology("intel-2s-ht"))
+    out = placed_spec(spec, Placement("c", frozenset({2, 3, 10}), True, frozenset({0})), Grant())
     assert spec == before
     assert out["linux"]["resources"]["cpu"] == {"cpus": "2-3,10", "mems": "0"}
     assert out["linux"]["devices"] == before["linux"]["devices"]
@@ -70,17 +70,17 @@ def test_cpus_and_mems_are_written_and_the_input_is_untouched():
 
 
 def test_shared_placement_leaves_mems_alone():
-    out = placed_spec({}, Placement("c", frozenset({0, 1}), False, None),
-                      preset_topology("intel-2s-ht"))
+    out = placed_spec({}, Placement("c", frozenset({0, 1}), False, None), Grant())
     assert out["linux"]["resources"]["cpu"] == {"cpus": "0-1"}
 
 
-def test_gpus_become_nodes_allow_rules_and_env():
+def test_gpus_become_nodes_allow_rules_and_env(tmp_path):
     topology = preset_topology("dgx-h100")
     gpus = topology.gpus[:2]
-    placement = Placement("c", frozenset({4}), True, frozenset({0}),
-                          {"nvidia.com/gpu": tuple(g.uuid for g in gpus)})
-    out = placed_spec(_spec(), placement, topology)
+    devices = {"nvidia.com/gpu": tuple(g.uuid for g in gpus)}
+    placement = Placement("c", frozenset({4}), True, frozenset({0}), devices)
+    # An empty dev root: the GPU nodes get the driver's major, nothing else is added.
+    out = placed_spec(_spec(), placement, DeviceGranter(topology, tmp_path).grant(devices))
     nodes = [d for d in out["linux"]["devices"] if d["path"].startswith("/dev/nvidia")]
     assert nodes == [{"path": f"/dev/nvidia{g.minor}", "type": "c", "major": 195,
                       "minor": g.minor, "fileMode": 0o666, "uid": 0, "gid": 0} for g in gpus]
@@ -92,17 +92,34 @@ def test_gpus_become_nodes_allow_rules_and_env():
     assert env == ["PATH=/bin", f"NVIDIA_VISIBLE_DEVICES={gpus[0].uuid},{gpus[1].uuid}"]
 
 
-def test_a_gpu_without_a_minor_cannot_be_added():
-    placement = Placement("c", frozenset({4}), True, None, {"nvidia.com/gpu": ("GPU-unknown",)})
-    with pytest.raises(SpecError, match="GPU-unknown has no /dev/nvidia"):
-        placed_spec(_spec(), placement, preset_topology("dgx-h100"))
+def test_nic_rdma_nodes_are_written_like_gpus(tmp_path):
+    grant = Grant((GrantedNode("/dev/infiniband/uverbs3", "c", 231, 195),
+                   GrantedNode("/dev/infiniband/rdma_cm", "c", 10, 58)))
+    out = placed_spec(_spec(), Placement("c", frozenset({4}), True, None), grant)
+    assert out["linux"]["devices"][1:] == [
+        {"path": "/dev/infiniband/uverbs3", "type": "c", "major": 231, "minor": 195,
+         "fileMode": 0o666, "uid": 0, "gid": 0},
+        {"path": "/dev/infiniband/rdma_cm", "type": "c", "major": 10, "minor": 58,
+         "fileMode": 0o666, "uid": 0, "gid": 0}]
+    assert out["linux"]["resources"]["devices"][1:] == [
+        {"allow": True, "type": "c", "major": 231, "minor": 195, "access": "rwm"},
+        {"allow": True, "type": "c", "major": 10, "minor": 58, "access": "rwm"}]
+    assert out["process"]["env"] == _spec()["process"]["env"]  # no env for NICs
+
+
+def test_a_node_already_in_the_spec_is_not_repeated():
+    spec = _spec()
+    grant = Grant((GrantedNode("/dev/fuse", "c", 10, 229),))
+    out = placed_spec(spec, Placement("c", frozenset({4}), True, None), grant)
+    assert out["linux"]["devices"] == spec["linux"]["devices"]
 
 
 @pytest.mark.parametrize("spec, named", [
     ({"linux": []}, "spec.linux"),
     ({"linux": {"resources": {"cpu": "x"}}}, "linux.resources.cpu"),
+    ({"linux": {"devices": "x"}}, "linux.devices"),
 ])
 def test_spec_parts_of_the_wrong_type_are_named(spec, named):
+    grant = Grant((GrantedNode("/dev/fuse", "c", 10, 229),))
     with pytest.raises(SpecError, match=named):
-        placed_spec(spec, Placement("c", frozenset({1}), True, None),
-                    preset_topology("intel-2s-ht"))
+        placed_spec(spec, Placement("c", frozenset({1}), True, None), grant)

@@ -150,7 +150,7 @@ def test_a_state_that_does_not_fit_is_an_error_not_a_reset(ctx):
 
 def test_device_requests_are_checked_against_the_node(ctx):
     with pytest.raises(Refused, match="nvidia.com/gpu is not a device resource of this node "
-                                      r"\(it has: none\)"):
+                                      r"\(it has: pci/15b3:101d\)"):  # its NIC, no GPU
         fresh(ctx).admit(container("g", cpus=1), {"nvidia.com/gpu": 1})
     dgx = context("dgx-h100", reservedSystemCPUs="0")
     placed = fresh(dgx).admit(container("g", cpus=2), {"nvidia.com/gpu": 2})
