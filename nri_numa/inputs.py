@@ -3,15 +3,21 @@
 One reader for every front door (CLI, simulate, the NRI daemon and plugin, the hook), so a file
 gets the same checks and the same words everywhere. Errors name the file; each caller turns them
 into its own error type.
+
+A config file may carry the ``nri-numa run`` agent's own settings in a ``nriNuma:`` map next to
+the kubelet's keys (nri_numa.agent_settings). Every reader accepts the map, so one file serves
+the agent, the hook and the CLI; only the agent reads it (``read_config_document``).
 """
 
 from __future__ import annotations
 
+import difflib
 import json
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from nri_numa.engine.config import ConfigError, EngineConfig, config_from_mapping
+from nri_numa.engine.config import KNOWN_KEYS, ConfigError, EngineConfig, config_from_mapping
 from nri_numa.topology.model import Topology, TopologyFormatError
 
 
@@ -31,20 +37,53 @@ def read_topology_file(path: Path) -> Topology:
         raise InputFileError(f"{path}: {e}") from None
 
 
+SETTINGS_KEY = "nriNuma"  # nri_numa.agent_settings.SECTION, named here to keep this module light
+
+
+@dataclass(frozen=True)
+class ConfigDocument:
+    engine: EngineConfig
+    settings: object  # the nriNuma map as written (None: absent); agent_settings checks it
+
+
 def read_config_file(path: Path) -> EngineConfig:
     """KubeletConfiguration keys from a YAML or JSON file."""
-    return config_from_text(read_text(path, "config"), str(path))
+    return read_config_document(path).engine
+
+
+def read_config_document(path: Path) -> ConfigDocument:
+    """KubeletConfiguration keys and the agent's settings from a YAML or JSON file."""
+    return config_document(read_text(path, "config"), str(path))
 
 
 def config_from_text(text: str, where: str) -> EngineConfig:
     """KubeletConfiguration keys from YAML or JSON text; an empty text is every default."""
+    return config_document(text, where).engine
+
+
+def config_document(text: str, where: str) -> ConfigDocument:
     documents = [d for d in yaml_documents(text, where) if d is not None]
     if len(documents) > 1:
         raise InputFileError(f"{where}: holds {len(documents)} YAML documents; a config is one")
+    mapping = documents[0] if documents else {}
+    settings = None
+    if isinstance(mapping, dict):
+        mapping = dict(mapping)
+        settings = mapping.pop(SETTINGS_KEY, None)
+        _check_settings_key_spelling(mapping, where)
     try:
-        return config_from_mapping(documents[0] if documents else {})
+        return ConfigDocument(config_from_mapping(mapping), settings)
     except ConfigError as e:
         raise InputFileError(f"{where}: {'; '.join(e.problems)}") from None
+
+
+def _check_settings_key_spelling(mapping: dict, where: str) -> None:
+    # The engine lists only its own keys: a misspelt nriNuma would be named without the hint.
+    for key in mapping:
+        if (isinstance(key, str) and key not in KNOWN_KEYS
+                and difflib.get_close_matches(key.lower(), [SETTINGS_KEY.lower()], cutoff=0.75)):
+            raise InputFileError(f"{where}: unknown key {key!r}; did you mean {SETTINGS_KEY}? "
+                                 f"(the agent's settings go in a {SETTINGS_KEY}: map)")
 
 
 def yaml_documents(text: str, where: str) -> list[Any]:

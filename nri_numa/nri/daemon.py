@@ -23,21 +23,24 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from nri_numa.agent_settings import (DEFAULT_DEV_ROOT, DEFAULT_INDEX, DEFAULT_NAME,
+                                     DEFAULT_SOCKET, DEFAULT_STATE_DIR, AgentSettings,
+                                     MetricsAddress)
 from nri_numa.engine.config import ConfigError, EngineConfig
 from nri_numa.inputs import InputFileError, read_config_file, read_topology_file
+from nri_numa.metrics import NO_METRICS, MetricsError, MetricsServer, PluginMetrics
 from nri_numa.nri.pb import api_pb2 as api
 from nri_numa.nri.plugin import NumaPlugin
+from nri_numa.runtime import DeviceGranter
 from nri_numa.nri.session import NriSession, SessionClosed
 from nri_numa.nri.wire.ttrpc import TtrpcError
+from nri_numa.podresources import DEFAULT_SOCKET as DEFAULT_POD_RESOURCES_SOCKET
+from nri_numa.podresources.source import hint_source
 from nri_numa.state.checkpoint import CheckpointError, CheckpointStore, machine_fingerprint
 from nri_numa.topology.model import Topology
 
 log = logging.getLogger(__name__)
 
-DEFAULT_SOCKET = "/var/run/nri/nri.sock"
-DEFAULT_STATE_DIR = "/var/lib/nri-numa"
-DEFAULT_NAME = "nri-numa"
-DEFAULT_INDEX = "90"
 PRELAUNCH_SOCKET_ENV = "NRI_PLUGIN_SOCKET"
 PRELAUNCH_NAME_ENV = "NRI_PLUGIN_NAME"
 PRELAUNCH_INDEX_ENV = "NRI_PLUGIN_IDX"
@@ -57,6 +60,21 @@ class DaemonOptions:
     topology_file: Path | None = None
     name: str = DEFAULT_NAME
     index: str = DEFAULT_INDEX
+    pod_resources_socket: str = DEFAULT_POD_RESOURCES_SOCKET  # "": no kubelet hints
+    dev_root: Path = Path(DEFAULT_DEV_ROOT)  # the host's device nodes, for devices given
+    # None: no metrics server. `nri-numa run` serves them by default (agent_settings).
+    metrics_address: MetricsAddress | None = None
+    # True when nobody asked for that address: a port in use then only costs the metrics.
+    metrics_optional: bool = False
+
+    @classmethod
+    def from_settings(cls, settings: AgentSettings, config_file: Path | None) -> DaemonOptions:
+        return cls(socket_path=settings.nri_socket, config_file=config_file,
+                   state_dir=settings.state_dir, topology_file=settings.topology_file,
+                   name=settings.plugin_name, index=settings.plugin_index,
+                   pod_resources_socket=settings.pod_resources_socket,
+                   dev_root=settings.dev_root, metrics_address=settings.metrics_address,
+                   metrics_optional="metrics_address" not in settings.given)
 
 
 def backoff_delays(first: float = BACKOFF_FIRST, cap: float = BACKOFF_CAP,
@@ -224,16 +242,41 @@ def run(options: DaemonOptions, environ: dict[str, str] | None = None) -> None:
     except CheckpointError as e:
         raise DaemonError(str(e)) from None
     sender = UpdateSender()
+    server: MetricsServer | None = None
+    # The scrape reads the plugin made just below; the server starts only once it exists.
+    metrics = (PluginMetrics(lambda: (plugin.ledger, plugin.containers))
+               if options.metrics_address is not None else NO_METRICS)
     try:
         try:
-            plugin = NumaPlugin(topology, config, store, send_updates=sender.submit)
+            plugin = NumaPlugin(topology, config, store, send_updates=sender.submit,
+                                metrics=metrics,
+                                kubelet_hints=hint_source(options.pod_resources_socket, topology),
+                                granter=DeviceGranter(topology, options.dev_root))
         except (ConfigError, CheckpointError) as e:
             raise DaemonError(str(e)) from None
+        if isinstance(metrics, PluginMetrics) and options.metrics_address is not None:
+            server = _serve_metrics(metrics, options.metrics_address, options.metrics_optional)
         _serve_until_signalled(Daemon(plugin, sender, options), options, environ)
     finally:
+        if server is not None:
+            server.stop()
         sender.stop()
         store.unlock()
     log.info("nri-numa stopped")
+
+
+def _serve_metrics(metrics: PluginMetrics, address: MetricsAddress,
+                   optional: bool) -> MetricsServer | None:
+    try:
+        server = MetricsServer(metrics, address)
+    except MetricsError as e:
+        if not optional:
+            raise DaemonError(str(e)) from None
+        log.warning("%s; running without metrics (set metricsAddress or --metrics-address to "
+                    "choose another address, \"off\" to say none)", e)
+        return None
+    log.info("metrics served on %s", server.url)
+    return server
 
 
 def _serve_until_signalled(daemon: Daemon, options: DaemonOptions,

@@ -14,23 +14,30 @@ import logging
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import replace
 
 from nri_numa.engine.admit import admit
 from nri_numa.engine.allocations import AllocationsError, ContainerAllocation
+from nri_numa.engine.annotations import AnnotationError
 from nri_numa.engine.config import ConfigError, EngineConfig
 from nri_numa.engine.context import EngineContext
 from nri_numa.engine.decision import Placement
 from nri_numa.engine.request import ContainerRequest, PodRequest, RequestError, guaranteed_cpus
-from nri_numa.inputs import InputFileError, NotYamlError, config_from_text
+from nri_numa.inputs import InputFileError, NotYamlError, config_document
+from nri_numa.logs import decision_fields, refusal_fields
+from nri_numa.metrics import NO_METRICS, NoMetrics, PluginMetrics
 from nri_numa.nri import translate
 from nri_numa.nri.pb import api_pb2 as api
 from nri_numa.nri.session import PluginError
-from nri_numa.runtime import (DeviceLocator, RuntimeContainer, RuntimeInputError, RuntimePod,
-                              container_request, pod_identity, pod_qos, pod_request)
+from nri_numa.runtime import (DeviceGranter, DeviceLocator, GrantError, RuntimeContainer,
+                              RuntimeInputError, RuntimePod, container_request, pod_identity,
+                              pod_qos, pod_request, requested_devices)
 from nri_numa.state.checkpoint import (CheckpointError, CheckpointStore, ContainerRecord,
                                        PodRecord, RecordError, records_from_dict)
-from nri_numa.state.encoding import LedgerEncoder, RecordsEncoder
+from nri_numa.state.encoding import Encoded, LedgerEncoder, RecordsEncoder, canonical
 from nri_numa.state.ledger import Ledger, LedgerError
+from nri_numa.state.recorded_config import (PAYLOAD_KEY, RecordedConfig,
+                                            checkpoint_config_matches, refuse_change)
 from nri_numa.topology.cpulist import format_list
 from nri_numa.topology.model import Topology
 
@@ -45,16 +52,25 @@ class NumaPlugin:
     def __init__(self, topology: Topology, config: EngineConfig,
                  store: CheckpointStore | None = None, *,
                  locator: DeviceLocator | None = None,
-                 send_updates: SendUpdates | None = None) -> None:
+                 send_updates: SendUpdates | None = None,
+                 kubelet_hints: Callable[[str, str, str], dict[str, frozenset[int]]] | None = None,
+                 granter: DeviceGranter | None = None,
+                 metrics: PluginMetrics | NoMetrics = NO_METRICS,
+                 ) -> None:
         self._topology = topology
+        self._granter = granter or DeviceGranter(topology)  # devices → nodes, rules, env
+        # (namespace, pod, container) → the kubelet's devices' NUMA nodes (PodResources API).
+        self._kubelet_hints = kubelet_hints or (lambda namespace, pod, container: {})
         self._ledger = Ledger(EngineContext.build(topology, config))
         self._store = store
         self._locator = locator or DeviceLocator(topology)
         self._send_updates = send_updates or (lambda updates: None)
+        self._metrics = metrics
         self._lock = threading.Lock()
         self._pods: dict[str, PodRecord] = {}  # by sandbox id
         self._containers: dict[str, ContainerRecord] = {}  # by container id, creation order
         self._ledger_json, self._records_json = LedgerEncoder(), RecordsEncoder()
+        self._config_json = _config_json(self._ledger.ctx)
         self._restore()
 
     # --- read-only views ----------------------------------------------------------------------
@@ -91,11 +107,13 @@ class NumaPlugin:
         return api.SynchronizeResponse(update=updates)
 
     def create_container(self, req: api.CreateContainerRequest) -> api.CreateContainerResponse:
-        container = self._translate(req.pod, req.container)
-        with self._lock, self._transaction():
-            placement = self._admit(container)
-            updates = self._shared_updates(skip=container.id)
-        return api.CreateContainerResponse(adjust=translate.adjustment(placement), update=updates)
+        with self._metrics.admission():
+            container = self._translate(req.pod, req.container)
+            with self._lock, self._transaction():
+                placement = self._admit(container)
+                adjust = self._adjustment(placement)
+                updates = self._shared_updates(skip=container.id)
+        return api.CreateContainerResponse(adjust=adjust, update=updates)
 
     def update_container(self, req: api.UpdateContainerRequest) -> api.UpdateContainerResponse:
         with self._lock:
@@ -138,23 +156,50 @@ class NumaPlugin:
     def _admit(self, container: RuntimeContainer) -> Placement:
         """Place ``container``; PluginError with the engine's reason when it does not fit."""
         pod, request = self._pod_and_request(container)
+        request = self._with_requested_devices(container, pod, request)
         pod_req = self._pod_request(pod, request)
         try:
             result = self._ledger.admit(pod_req, [request.name])
         except (RequestError, ValueError) as e:
+            log.info("refused %s: %s", _describe(pod, request.name), e, extra=refusal_fields(
+                _pod_name(pod), pod.uid, request.name, container.id, None, "RequestError", None,
+                str(e)))
             raise PluginError(f"nri-numa: {_describe(pod, request.name)}: {e}") from None
+        self._metrics.decided(self._ledger.ctx, pod_req, request, result.decision)
         rejection = result.decision.rejection
         if rejection is not None:
             # One line, led by the kubelet's reason, as the kubelet would show it.
             text = rejection.message
             if not text.startswith(rejection.reason):
                 text = f"{rejection.reason}: {text}"
-            log.info("refused %s: %s", _describe(pod, request.name), text)
+            log.info("refused %s: %s", _describe(pod, request.name), text, extra=refusal_fields(
+                _pod_name(pod), pod.uid, request.name, container.id, rejection.policy,
+                rejection.reason, rejection.resource, text))
             raise PluginError(f"nri-numa: {text}")
         placement = result.decision.placements[0]
         self._remember(container, pod, request, placement)
-        _log_decision(pod, result.decision.policy, placement)
+        _log_decision(pod, result.decision.policy, placement, container.id)
         return placement
+
+    def _with_requested_devices(self, container: RuntimeContainer, pod: PodRecord,
+                                request: ContainerRequest) -> ContainerRequest:
+        """The request plus the devices of the container's own ``numa.nri.io/devices`` (the
+        pod's ``numa.nri.io/devices.<container>`` is the engine's, docs/devices.md)."""
+        ctx = self._ledger.ctx
+        try:
+            devices = requested_devices(container, ctx.devices, ctx.device_classes)
+        except AnnotationError as e:
+            raise PluginError(f"nri-numa: InvalidAnnotation: {_describe(pod, request.name)}: "
+                              f"{e}") from None
+        return replace(request, devices=devices) if devices else request
+
+    def _adjustment(self, placement: Placement) -> api.ContainerAdjustment:
+        """The container's adjustment; PluginError (undoing the placement) when a device it
+        was given cannot be handed over."""
+        try:
+            return translate.adjustment(placement, self._granter.grant(placement.devices))
+        except GrantError as e:
+            raise PluginError(f"nri-numa: container {placement.container}: {e}") from None
 
     def _adopt(self, container: RuntimeContainer) -> None:
         """A running container we did not place: keep its CPUs when they are already
@@ -180,7 +225,7 @@ class NumaPlugin:
                 container.cpuset_cpus or frozenset(), exclusive=False, in_ledger=False)
             return
         placement = result.decision.placements[0]
-        _log_decision(pod, result.decision.policy, placement)
+        _log_decision(pod, result.decision.policy, placement, container.id, "adopted")
         self._remember(container, pod, request, placement)
 
     def _adopt_in_place(self, pod: PodRequest, request: ContainerRequest,
@@ -211,8 +256,9 @@ class NumaPlugin:
         pod = PodRecord(container.pod.id, uid, namespace, name, container.pod.cgroup_parent,
                         container.pod.annotations)
         self._pods[pod.sandbox_id] = pod
-        request = container_request(container, pod_qos(container.pod),
-                                    self._locator.numa_hints(container))
+        request = container_request(container, pod_qos(container.pod), {
+            **self._locator.numa_hints(container),  # the kubelet's word wins: it chose them
+            **self._kubelet_hints(namespace, name, container.name)})
         self._forget_stale(pod, request.name, container.id)
         return pod, request
 
@@ -323,14 +369,20 @@ class NumaPlugin:
             ctx = EngineContext.build(self._topology, config)
         except ConfigError as e:
             raise PluginError(f"nri-numa: configuration does not fit this machine: {e}") from None
+        # As at start-up (_restore): placements made under other policies are not carried over.
+        live = len(self._containers)
+        changes = _recorded(self._ledger.ctx).changes_to(_recorded(ctx))
+        where = self._store.path if self._store is not None else "the plugin's state"
+        if live and changes:
+            raise PluginError(f"nri-numa: {refuse_change(where, changes, live)}")
         try:
             self._ledger = Ledger.restore(ctx, self._ledger.to_dict())
         except LedgerError as e:
-            log.warning("new configuration: current placements do not fit (%s); starting "
-                        "over, Synchronize will adopt what runs", e)
+            if live:
+                raise PluginError(f"nri-numa: {refuse_change(where, [str(e)], live)}") from None
             self._ledger = Ledger(ctx)
             self._pods.clear()
-            self._containers.clear()
+        self._config_json = _config_json(ctx)
         log.info("configuration from the runtime: topology policy %s, CPU manager %s",
                  config.topology_manager_policy, config.cpu_manager_policy)
 
@@ -351,14 +403,18 @@ class NumaPlugin:
     def _persist(self) -> None:
         if self._store is not None:
             self._store.save({"ledger": self._ledger_json.encode(self._ledger),
-                              "records": self._records_json.encode(self._pods, self._containers)})
+                              "records": self._records_json.encode(self._pods, self._containers),
+                              PAYLOAD_KEY: self._config_json})
 
     def _restore(self) -> None:
         if self._store is None or (payload := self._store.load()) is None:
             return
         try:
-            ledger = Ledger.restore(self._ledger.ctx, payload.get("ledger"))
             pods, containers = records_from_dict(payload.get("records"))
+            if not checkpoint_config_matches(self._store, payload, _recorded(self._ledger.ctx),
+                                             len(containers)):
+                return
+            ledger = Ledger.restore(self._ledger.ctx, payload.get("ledger"))
             for c in containers.values():
                 if c.in_ledger and ledger.allocations.container(c.pod_uid, c.name) is None:
                     raise RecordError(f"container {c.id} is not in the ledger")
@@ -369,6 +425,15 @@ class NumaPlugin:
         log.info("restored %d containers from %s", len(containers), self._store.path)
 
 
+
+def _recorded(ctx: EngineContext) -> RecordedConfig:
+    return RecordedConfig.of(ctx.config, ctx.reserved_cpus)
+
+
+def _config_json(ctx: EngineContext) -> Encoded:
+    return Encoded(canonical(_recorded(ctx).to_dict()))  # the same each time: encoded once
+
+
 def _with_cpus(record: ContainerRecord, cpus: frozenset[int]) -> ContainerRecord:
     return ContainerRecord(record.id, record.sandbox_id, record.pod_uid, record.request, cpus,
                            record.exclusive, record.mems, record.in_ledger)
@@ -376,22 +441,33 @@ def _with_cpus(record: ContainerRecord, cpus: frozenset[int]) -> ContainerRecord
 
 def _config_from_text(text: str) -> EngineConfig:
     try:
-        return config_from_text(text, "plugin configuration")
+        document = config_document(text, "plugin configuration")
     except NotYamlError as e:
         raise PluginError(f"nri-numa: plugin configuration is not YAML: {e}") from None
     except InputFileError as e:
         raise PluginError(f"nri-numa: bad plugin configuration: {e}") from None
+    if document.settings is not None:
+        log.warning("the runtime's plugin configuration has a nriNuma map: ignored, the agent's "
+                    "settings come from its --config file and command line")
+    return document.engine
 
 
 def _describe(pod: PodRecord, container: str) -> str:
-    return f"pod {pod.namespace}/{pod.name} container {container}"
+    return f"pod {_pod_name(pod)} container {container}"
 
 
-def _log_decision(pod: PodRecord, policy: str, placement: Placement) -> None:
+def _pod_name(pod: PodRecord) -> str:
+    return f"{pod.namespace}/{pod.name}"
+
+
+def _log_decision(pod: PodRecord, policy: str, placement: Placement, container_id: str,
+                  event: str = "placed") -> None:
     hint = placement.hint
     nodes = "any" if hint.affinity is None else format_list(hint.affinity)
-    log.info("placed %s: policy %s, hint NUMA %s%s, cpus %s (%s), mems %s",
+    log.info("%s %s: policy %s, hint NUMA %s%s, cpus %s (%s), mems %s", event,
              _describe(pod, placement.container), policy, nodes,
              " (preferred)" if hint.preferred else "", format_list(placement.cpus),
              "exclusive" if placement.exclusive else "shared",
-             "unchanged" if placement.mems is None else format_list(placement.mems))
+             "unchanged" if placement.mems is None else format_list(placement.mems),
+             extra=decision_fields(event, _pod_name(pod), pod.uid, container_id, policy,
+                                   placement))

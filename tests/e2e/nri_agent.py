@@ -68,8 +68,9 @@ class Agent:
     such as a traceback) goes to ``log``."""
 
     def __init__(self, socket: Path, folder: Path, name: str = "numa-e2e",
-                 index: str = "90") -> None:
+                 index: str = "90", extra_args: tuple[str, ...] = ()) -> None:
         self.socket, self.name, self.index = socket, name, index
+        self.extra_args = extra_args  # more `nri-numa run` options (--topology, --dev-root)
         self.state_dir = folder / "state"
         self.config_file = folder / "config.yaml"
         self.config_file.write_text("".join(f"{k}: {json.dumps(v)}\n" for k, v in CONFIG.items()))
@@ -90,7 +91,7 @@ class Agent:
             self.process = subprocess.Popen(
                 [str(AGENT), "run", "--nri-socket", str(self.socket), "--state-dir",
                  str(self.state_dir), "--config", str(self.config_file), "--name", self.name,
-                 "--index", self.index, "--log-file", str(self.log)],
+                 "--index", self.index, "--log-file", str(self.log), *self.extra_args],
                 stdout=out, stderr=out, stdin=subprocess.DEVNULL, cwd=REPO)
 
     def kill(self) -> None:

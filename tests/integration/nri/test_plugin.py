@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import logging
-
 import pytest
 
 from nri_numa.engine.config import config_from_mapping
@@ -200,17 +198,34 @@ def test_runtime_config_replaces_the_file_config_and_keeps_placements():
     held = plugin.ledger.allocations
     plugin.configure(api.ConfigureRequest(
         config="cpuManagerPolicy: static\nreservedSystemCPUs: '0'\n"
-               "topologyManagerPolicy: restricted\n"))
-    assert str(plugin.ledger.ctx.config.topology_manager_policy) == "restricted"
+               "topologyManagerPolicy: single-numa-node\ntopologyManagerScope: pod\n"))
+    assert str(plugin.ledger.ctx.config.topology_manager_scope) == "pod"
     assert plugin.ledger.allocations == held
 
 
-def test_runtime_config_that_invalidates_placements_starts_over(caplog):
+@pytest.mark.parametrize("config, change", [
+    ("cpuManagerPolicy: static\nreservedSystemCPUs: '0'\ntopologyManagerPolicy: restricted\n",
+     "topologyManagerPolicy 'single-numa-node' → 'restricted'"),
+    ("cpuManagerPolicy: static\nreservedSystemCPUs: '4'\ntopologyManagerPolicy: single-numa-node\n",
+     "reservedCPUs '0' → '4'"),
+    ("topologyManagerPolicy: single-numa-node\n", "cpuManagerPolicy 'static' → 'none'"),
+])
+def test_runtime_config_changing_a_policy_under_live_placements_is_refused(config, change):
     plugin = new_plugin()
     sandbox = msg.pod("g")
     create(plugin, sandbox, msg.guaranteed(sandbox, "app", cpus=4))  # only node 1 fits: 4-7
-    with caplog.at_level(logging.WARNING):
-        plugin.configure(api.ConfigureRequest(
-            config="cpuManagerPolicy: static\nreservedSystemCPUs: '4'\n"))
-    assert "starting over" in caplog.text
-    assert not plugin.containers and not plugin.ledger.allocations.pods
+    before, config_before = plugin.ledger.allocations, plugin.ledger.ctx.config
+    with pytest.raises(PluginError) as refused:
+        plugin.configure(api.ConfigureRequest(config=config))
+    assert change in str(refused.value) and "1 container" in str(refused.value)
+    assert "drain this node" in str(refused.value)
+    assert plugin.ledger.allocations == before and plugin.ledger.ctx.config == config_before
+    assert len(plugin.containers) == 1
+
+
+def test_runtime_config_changing_a_policy_with_nothing_placed_is_taken():
+    plugin = new_plugin()
+    plugin.configure(api.ConfigureRequest(config="cpuManagerPolicy: static\n"
+                                                 "reservedSystemCPUs: '4'\n"))
+    assert plugin.ledger.ctx.reserved_cpus == {4}
+    assert str(plugin.ledger.ctx.config.topology_manager_policy) == "none"

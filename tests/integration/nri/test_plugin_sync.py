@@ -3,6 +3,8 @@ through a real socket with a runtime side written apart from nri_numa's wire cod
 
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
 import socket
 import threading
@@ -13,6 +15,8 @@ import pytest
 from nri_numa.nri.daemon import UpdateSender
 from nri_numa.nri.pb import api_pb2 as api
 from nri_numa.nri.session import NriSession
+from nri_numa.state.encoding import canonical
+from nri_numa.state.recorded_config import ConfigChangedError
 from nri_numa.topology.cpulist import format_list, parse_list
 from tests import nri_messages as msg
 from tests.integration.nri.fake_runtime import CallFailed, FakeRuntime
@@ -142,12 +146,48 @@ def test_a_corrupt_checkpoint_is_rebuilt_from_synchronize(state_dir):
     assert second.containers[g.id].cpus == cpus  # adopted where it runs
 
 
-def test_a_checkpoint_from_another_configuration_is_set_aside(state_dir):
+def test_a_checkpoint_with_placements_from_other_policies_is_refused(state_dir):
     first = new_plugin(state_dir)
     g_pod = msg.pod("g")
     create(first, g_pod, msg.guaranteed(g_pod, "app", cpus=4))  # node 1: 4-7
+    with pytest.raises(ConfigChangedError) as refused:
+        new_plugin(state_dir, reservedSystemCPUs="4", topologyManagerPolicy="restricted")
+    text = str(refused.value)
+    assert "topologyManagerPolicy 'single-numa-node' → 'restricted'" in text
+    assert "reservedCPUs '0' → '4'" in text and "1 container" in text
+    assert f"delete {state_dir / 'checkpoint.json'}" in text
+    assert not list(state_dir.glob("checkpoint.json.corrupt-*"))  # kept for the old settings
+    assert new_plugin(state_dir).containers  # and the old settings still start
+
+
+def test_a_checkpoint_from_other_policies_without_placements_is_set_aside(state_dir):
+    first = new_plugin(state_dir)
+    g_pod = msg.pod("g")
+    g = msg.guaranteed(g_pod, "app", cpus=4)
+    create(first, g_pod, g)
+    first.stop_container(api.StopContainerRequest(pod=g_pod, container=g))
     second = new_plugin(state_dir, reservedSystemCPUs="4")
     assert not second.containers
+    assert list(state_dir.glob("checkpoint.json.corrupt-*"))
+
+
+def _forget_recorded_config(state_dir) -> None:
+    """Make the checkpoint one that nri-numa wrote before it recorded its configuration."""
+    path = state_dir / "checkpoint.json"
+    envelope = json.loads(path.read_text())
+    envelope["payload"].pop("config", None)
+    envelope["sha256"] = hashlib.sha256(canonical(envelope["payload"])).hexdigest()
+    path.write_text(json.dumps(envelope))
+
+
+def test_a_checkpoint_that_does_not_record_its_configuration_is_still_read(state_dir):
+    first = new_plugin(state_dir)
+    g_pod = msg.pod("g")
+    create(first, g_pod, msg.guaranteed(g_pod, "app", cpus=4))  # node 1: 4-7
+    _forget_recorded_config(state_dir)
+    assert len(new_plugin(state_dir).containers) == 1  # its ledger fits: kept
+    _forget_recorded_config(state_dir)
+    assert not new_plugin(state_dir, reservedSystemCPUs="4").containers  # does not fit
     assert list(state_dir.glob("checkpoint.json.corrupt-*"))
 
 

@@ -1,0 +1,226 @@
+"""Settings of the ``nri-numa run`` agent: where it connects, keeps its state, serves metrics
+and logs (docs/configuration.md, "Plugin settings").
+
+They come from three places, each later one winning: the defaults here, the ``nriNuma:`` map of
+the configuration file (next to the KubeletConfiguration keys, which the engine reads), and the
+command line. Every value is checked before the agent starts; all problems are reported at once,
+each naming the key (or flag), the value and what is allowed.
+
+This module loads nothing heavy: the CLI imports it for the defaults it prints in its help.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, fields, replace
+from pathlib import Path
+from typing import Any
+
+from nri_numa.podresources import DEFAULT_SOCKET as DEFAULT_POD_RESOURCES_SOCKET
+
+SECTION = "nriNuma"
+DEFAULT_SOCKET = "/var/run/nri/nri.sock"
+DEFAULT_STATE_DIR = "/var/lib/nri-numa"
+DEFAULT_NAME = "nri-numa"
+DEFAULT_INDEX = "90"
+DEFAULT_METRICS_ADDRESS = "127.0.0.1:9109"
+DEFAULT_DEV_ROOT = "/dev"
+METRICS_OFF = ("", "off")
+LOG_FORMATS = ("text", "json")
+LOG_LEVELS = ("debug", "info", "warning", "error")
+
+
+class SettingsError(ValueError):
+    """Settings the agent cannot start with; ``problems`` has one line per bad key or flag."""
+
+    def __init__(self, problems: list[str]) -> None:
+        super().__init__("; ".join(problems))
+        self.problems = problems
+
+
+class _Bad(Exception):
+    """One value is wrong; the caller prefixes the key or flag."""
+
+
+@dataclass(frozen=True)
+class MetricsAddress:
+    host: str
+    port: int  # 0: any free port (the agent logs the one it got)
+
+    def __str__(self) -> str:
+        return f"[{self.host}]:{self.port}" if ":" in self.host else f"{self.host}:{self.port}"
+
+
+@dataclass(frozen=True)
+class AgentSettings:
+    nri_socket: str = DEFAULT_SOCKET
+    state_dir: Path = Path(DEFAULT_STATE_DIR)
+    topology_file: Path | None = None  # None: discover this machine
+    plugin_name: str = DEFAULT_NAME
+    plugin_index: str = DEFAULT_INDEX
+    metrics_address: MetricsAddress | None = MetricsAddress("127.0.0.1", 9109)  # None: off
+    log_format: str = "text"
+    log_level: str = "info"
+    log_file: Path | None = None  # None: standard error
+    pod_resources_socket: str = DEFAULT_POD_RESOURCES_SOCKET  # the kubelet's; "": not used
+    dev_root: Path = Path(DEFAULT_DEV_ROOT)  # the host's device nodes
+    given: frozenset[str] = frozenset()  # the fields the file or the flags set
+
+
+# --- one reader per kind of value ---------------------------------------------------------
+
+
+def _text(raw: Any, what: str) -> str:
+    if not isinstance(raw, str):
+        raise _Bad(f"must be a string ({what}), not {type(raw).__name__} {raw!r}")
+    return raw
+
+
+def _path(raw: Any) -> Path:
+    text = _text(raw, "a path")
+    if not text.strip() or "\0" in text:
+        raise _Bad(f"{raw!r} is not a path")
+    return Path(text)
+
+
+def _optional_path(raw: Any) -> Path | None:
+    return None if raw is None else _path(raw)
+
+
+def _socket(raw: Any) -> str:
+    return str(_path(raw))
+
+
+def _optional_socket(raw: Any) -> str:
+    return "" if raw == "" else _socket(raw)
+
+
+def _plugin_name(raw: Any) -> str:
+    text = _text(raw, "a plugin name")
+    if not text or any(c.isspace() or c == "/" for c in text):
+        raise _Bad(f"{text!r} is not a plugin name: it must be non-empty, without spaces or '/'")
+    return text
+
+
+def _plugin_index(raw: Any) -> str:
+    # YAML reads 90 as a number (and 05 as octal 5), so whole numbers from 10 on are taken as
+    # written and anything below must be quoted: NRI wants exactly two digits.
+    if isinstance(raw, int) and not isinstance(raw, bool) and 10 <= raw <= 99:
+        return str(raw)
+    if isinstance(raw, str) and len(raw) == 2 and raw.isascii() and raw.isdigit():
+        return raw
+    hint = " (quote it in YAML: \"05\")" if isinstance(raw, int) else ""
+    raise _Bad(f"{raw!r} is not a plugin index: two digits, 00 to 99{hint}")
+
+
+def parse_metrics_address(raw: Any) -> MetricsAddress | None:
+    """``HOST:PORT`` (``[v6]:PORT`` for an IPv6 address); "" or "off": no metrics server."""
+    text = _text(raw, 'HOST:PORT, or "off"')
+    if text.strip().lower() in METRICS_OFF:
+        return None
+    allowed = 'HOST:PORT such as 127.0.0.1:9109 or [::1]:9109 (port 0-65535), or "off"'
+    host, sep, port = text.rpartition(":")
+    if host.startswith("[") and host.endswith("]"):
+        import ipaddress
+
+        host = host[1:-1]
+        try:
+            ipaddress.IPv6Address(host)
+        except ValueError:
+            raise _Bad(f"{text!r} is not {allowed}") from None
+    elif ":" in host:  # an IPv6 address without brackets: the port would be ambiguous
+        raise _Bad(f"{text!r} is not {allowed}; put an IPv6 address in brackets")
+    if not sep or not host or not port.isascii() or not port.isdigit() or int(port) > 65535:
+        raise _Bad(f"{text!r} is not {allowed}")
+    return MetricsAddress(host, int(port))
+
+
+def _choice(allowed: tuple[str, ...]) -> Callable[[Any], str]:
+    def read(raw: Any) -> str:
+        if not isinstance(raw, str) or raw.lower() not in allowed:
+            raise _Bad(f"{raw!r} is not one of {', '.join(allowed)}")
+        return raw.lower()
+    return read
+
+
+@dataclass(frozen=True)
+class _Key:
+    name: str  # in the file, camelCase like the kubelet's keys
+    flag: str  # on the command line
+    field: str  # of AgentSettings
+    read: Callable[[Any], Any]
+
+
+KEYS = (
+    _Key("nriSocket", "--nri-socket", "nri_socket", _socket),
+    _Key("stateDir", "--state-dir", "state_dir", _path),
+    _Key("topologyFile", "--topology", "topology_file", _optional_path),
+    _Key("pluginName", "--name", "plugin_name", _plugin_name),
+    _Key("pluginIndex", "--index", "plugin_index", _plugin_index),
+    _Key("metricsAddress", "--metrics-address", "metrics_address", parse_metrics_address),
+    _Key("logFormat", "--log-format", "log_format", _choice(LOG_FORMATS)),
+    _Key("logLevel", "--log-level", "log_level", _choice(LOG_LEVELS)),
+    _Key("logFile", "--log-file", "log_file", _optional_path),
+    _Key("podResourcesSocket", "--pod-resources-socket", "pod_resources_socket",
+         _optional_socket),
+    _Key("devRoot", "--dev-root", "dev_root", _path),
+)
+_BY_NAME = {k.name: k for k in KEYS}
+_BY_FIELD = {k.field: k for k in KEYS}
+assert set(_BY_FIELD) == {f.name for f in fields(AgentSettings)} - {"given"}
+
+
+def from_section(section: Any) -> tuple[dict[str, Any], list[str]]:
+    """The settings the file's ``nriNuma`` map gives (by field), and its problems."""
+    if section is None:
+        return {}, []
+    if not isinstance(section, Mapping):
+        return {}, [f"{SECTION} must be a map of settings, not {type(section).__name__}"]
+    values: dict[str, Any] = {}
+    problems: list[str] = []
+    for name, raw in section.items():
+        key = _BY_NAME.get(name)
+        if key is None:
+            problems.append(f"{SECTION}: {_unknown(name)}")
+            continue
+        try:
+            values[key.field] = key.read(raw)
+        except _Bad as e:
+            problems.append(f"{SECTION}.{name}: {e}")
+    return values, problems
+
+
+def from_flags(flags: Mapping[str, str | None]) -> tuple[dict[str, Any], list[str]]:
+    """The settings the command line gives (by field; None: flag not given), and problems."""
+    values: dict[str, Any] = {}
+    problems: list[str] = []
+    for field_name, raw in flags.items():
+        if raw is None:
+            continue
+        key = _BY_FIELD[field_name]
+        try:
+            values[field_name] = key.read(raw)
+        except _Bad as e:
+            problems.append(f"{key.flag}: {e}")
+    return values, problems
+
+
+def resolve(section: Any, where: str, flags: Mapping[str, str | None]) -> AgentSettings:
+    """Defaults, then the file's section, then the flags; SettingsError lists every problem."""
+    from_file, problems = from_section(section)
+    given, flag_problems = from_flags(flags)
+    if problems:  # one line: the file named once, as for the kubelet keys
+        problems = [f"{where}: {'; '.join(problems)}"]
+    if problems or flag_problems:
+        raise SettingsError(problems + flag_problems)
+    values = {**from_file, **given}
+    return replace(AgentSettings(), **values, given=frozenset(values))
+
+
+def _unknown(name: Any) -> str:
+    import difflib
+
+    known = [k.name for k in KEYS]
+    close = difflib.get_close_matches(str(name), known, n=1)
+    hint = f"; did you mean {close[0]}?" if close else ""
+    return f"unknown key {name!r}{hint} (known keys: {', '.join(known)})"

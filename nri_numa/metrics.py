@@ -1,0 +1,273 @@
+"""Prometheus metrics of the NRI plugin, served over HTTP on a thread of their own.
+
+Counters and the histogram carry the kubelet's names (pkg/kubelet/metrics) under the
+``nri_numa_`` prefix instead of ``kubelet_``, and move when the kubelet's would, as far as NRI
+lets the plugin see it: the kubelet admits a pod, the plugin admits one container per
+CreateContainer, so one CreateContainer is one admission request.
+
+* ``topology_manager_admission_requests_total``: every CreateContainer;
+  ``topology_manager_admission_errors_total``: every one refused (a TopologyAffinityError, a
+  provider that could not allocate, or a container that cannot be read or saved);
+  ``topology_manager_admission_duration_ms``: how long it took, with the kubelet's buckets.
+* ``cpu_manager_pinning_requests_total``: the static CPU policy gave (or tried to give) a
+  container exclusive CPUs — a Guaranteed container asking for whole CPUs, once the topology
+  merge let it through; ``cpu_manager_pinning_errors_total``: that allocation failed.
+* ``memory_manager_pinning_requests_total`` / ``..._errors_total``: the same for the Static memory
+  policy, which pins every container of a Guaranteed pod. The providers allocate CPUs, then
+  memory, then devices: a container whose CPUs could not be had never reaches memory.
+
+Gauges are computed from the ledger when scraped (``LedgerCollector``), so they are never out of
+step with it; the handlers only increment counters, which takes a lock for a few instructions.
+A scrape reads an immutable allocations value and never takes the plugin's lock.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
+from prometheus_client.core import GaugeMetricFamily, Metric
+
+if TYPE_CHECKING:
+    from wsgiref.simple_server import WSGIServer
+
+    from nri_numa.agent_settings import MetricsAddress
+    from nri_numa.engine.allocations import Allocations
+    from nri_numa.engine.context import EngineContext
+    from nri_numa.engine.decision import Decision
+    from nri_numa.engine.memory.state import MemoryState
+    from nri_numa.engine.request import ContainerRequest, PodRequest
+    from nri_numa.state.checkpoint import ContainerRecord
+    from nri_numa.state.ledger import Ledger
+
+log = logging.getLogger(__name__)
+
+PREFIX = "nri_numa"
+# The kubelet's: metrics.ExponentialBuckets(.05, 2, 15), in milliseconds (0.05 ms to 819.2 ms).
+ADMISSION_BUCKETS_MS = tuple(0.05 * 2 ** i for i in range(15))
+
+
+class MetricsError(Exception):
+    """The metrics server cannot start; the message names the address."""
+
+
+class NoMetrics:
+    """What the plugin uses without a metrics server: every call does nothing."""
+
+    @contextmanager
+    def admission(self) -> Iterator[None]:
+        yield
+
+    def decided(self, ctx: EngineContext, pod: PodRequest, request: ContainerRequest,
+                decision: Decision) -> None:
+        pass
+
+
+NO_METRICS = NoMetrics()
+
+
+@dataclass(frozen=True)
+class Pinning:
+    """What one decision did to the CPU and memory managers' counters."""
+
+    cpu_request: bool = False
+    cpu_error: bool = False
+    memory_request: bool = False
+    memory_error: bool = False
+
+
+def pinning_of(ctx: EngineContext, pod: PodRequest, request: ContainerRequest,
+               decision: Decision) -> Pinning:
+    """The kubelet's rules (cpumanager policy_static.Allocate, memorymanager policy_static
+    .Allocate) applied to one engine decision."""
+    from nri_numa.engine.request import QosClass, guaranteed_cpus
+
+    rejection = decision.rejection
+    # The providers allocate only once the merge admitted the container: a TopologyAffinityError
+    # (or an annotation refused) never reached them; any other refusal is the provider's own.
+    reached = rejection is None or (rejection.resource is not None
+                                    and rejection.reason != "TopologyAffinityError")
+    failed = rejection.resource if rejection is not None and reached else None
+    cpu_failed = failed == "cpu"
+    wants_cpus = ctx.cpu_static and guaranteed_cpus(pod, request) > 0
+    wants_memory = ctx.memory_static and pod.qos is QosClass.GUARANTEED
+    memory_failed = failed is not None and (failed == "memory" or failed.startswith("hugepages-"))
+    return Pinning(cpu_request=reached and wants_cpus, cpu_error=wants_cpus and cpu_failed,
+                   memory_request=reached and wants_memory and not cpu_failed,
+                   memory_error=wants_memory and memory_failed)
+
+
+class PluginMetrics:
+    """The counters the handlers move, and the registry a scrape reads."""
+
+    def __init__(self, view: Callable[[], tuple[Ledger, Mapping[str, ContainerRecord]]]) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        r = self.registry
+        self.admission_requests = Counter(
+            "topology_manager_admission_requests", "The number of admission requests where "
+            "resources have to be aligned (one per CreateContainer).", namespace=PREFIX,
+            registry=r)
+        self.admission_errors = Counter(
+            "topology_manager_admission_errors", "The number of admission request failures "
+            "where resources could not be aligned.", namespace=PREFIX, registry=r)
+        self.admission_duration = Histogram(
+            "topology_manager_admission_duration_ms", "Duration in milliseconds to serve an "
+            "admission request (one CreateContainer).", namespace=PREFIX, registry=r,
+            buckets=ADMISSION_BUCKETS_MS)
+        self.cpu_requests = Counter(
+            "cpu_manager_pinning_requests", "The number of cpu core allocations which required "
+            "pinning.", namespace=PREFIX, registry=r)
+        self.cpu_errors = Counter(
+            "cpu_manager_pinning_errors", "The number of cpu core allocations which required "
+            "pinning failed.", namespace=PREFIX, registry=r)
+        self.memory_requests = Counter(
+            "memory_manager_pinning_requests", "The number of memory pages allocations which "
+            "required pinning.", namespace=PREFIX, registry=r)
+        self.memory_errors = Counter(
+            "memory_manager_pinning_errors", "The number of memory pages allocations which "
+            "required pinning failed.", namespace=PREFIX, registry=r)
+        r.register(LedgerCollector(view))
+
+    @contextmanager
+    def admission(self) -> Iterator[None]:
+        """Around one CreateContainer: counts it, times it, and counts it refused when it
+        raises (the refusal itself goes on to the runtime)."""
+        began = time.perf_counter()
+        self.admission_requests.inc()
+        try:
+            yield
+        except BaseException:
+            self.admission_errors.inc()
+            raise
+        finally:
+            self.admission_duration.observe((time.perf_counter() - began) * 1000)
+
+    def decided(self, ctx: EngineContext, pod: PodRequest, request: ContainerRequest,
+                decision: Decision) -> None:
+        try:
+            pinning = pinning_of(ctx, pod, request, decision)
+        except Exception:  # a counter is never worth failing a container over
+            log.exception("metrics: cannot classify the decision for %s", request.name)
+            return
+        for moved, counter in ((pinning.cpu_request, self.cpu_requests),
+                               (pinning.cpu_error, self.cpu_errors),
+                               (pinning.memory_request, self.memory_requests),
+                               (pinning.memory_error, self.memory_errors)):
+            if moved:
+                counter.inc()
+
+
+class LedgerCollector:
+    """Gauges read from the ledger at scrape time, per NUMA node."""
+
+    def __init__(self, view: Callable[[], tuple[Ledger, Mapping[str, ContainerRecord]]]) -> None:
+        self._view = view
+
+    def describe(self) -> list[Metric]:
+        return []  # families depend on the configuration; nothing to check at registration
+
+    def collect(self) -> Iterator[Metric]:
+        try:
+            families = ledger_families(*self._view())
+        except Exception:  # a scrape must not take the server thread down
+            log.exception("metrics: cannot read the ledger for a scrape")
+            return iter(())
+        return iter(families)
+
+
+def ledger_families(ledger: Ledger, containers: Mapping[str, ContainerRecord]) -> list[Metric]:
+    ctx, allocs = ledger.ctx, ledger.allocations  # one immutable snapshot for the whole scrape
+    node_label = ["numa_node"]
+    free_cpus = GaugeMetricFamily(
+        f"{PREFIX}_numa_node_free_cpus", "CPUs of the node that can still be given to a "
+        "container exclusively: in the shared pool and not reserved.", labels=node_label)
+    cpus = GaugeMetricFamily(
+        f"{PREFIX}_numa_node_cpus", "CPUs of the node held exclusively by containers, and in "
+        "the shared pool.", labels=["numa_node", "pool"])
+    exclusive = allocs.exclusive_cpus()
+    for node in ctx.topology.numa_nodes:
+        on_node, label = frozenset(node.cpus), str(node.id)
+        free_cpus.add_metric([label], len((allocs.shared & on_node) - ctx.reserved_cpus))
+        cpus.add_metric([label, "exclusive"], len(exclusive & on_node))
+        cpus.add_metric([label, "shared"], len(allocs.shared & on_node))
+    families: list[Metric] = [free_cpus, cpus]
+    if allocs.memory is not None:
+        families.extend(_memory_families(allocs.memory))
+    if ctx.devices:
+        families.append(_device_family(ctx, allocs))
+    managed = GaugeMetricFamily(f"{PREFIX}_containers", "Containers the plugin manages, by "
+                                "where their CPUs come from.", labels=["cpus"])
+    held = sum(1 for c in containers.values() if c.exclusive)
+    managed.add_metric(["exclusive"], held)
+    managed.add_metric(["shared"], len(containers) - held)
+    families.append(managed)
+    return families
+
+
+def _memory_families(memory: MemoryState) -> list[Metric]:
+    """Only under the Static memory policy: without it the ledger does not account memory."""
+    from nri_numa.engine.memory.resources import MEMORY
+    from nri_numa.engine.quantity import bytes_value
+
+    free_memory = GaugeMetricFamily(
+        f"{PREFIX}_numa_node_free_memory_bytes", "Memory of the node not assigned to a "
+        "container (allocatable minus assigned; Static memory policy).", labels=["numa_node"])
+    free_pages = GaugeMetricFamily(
+        f"{PREFIX}_numa_node_free_hugepages", "Hugepages of one size of the node not assigned "
+        "to a container (Static memory policy).", labels=["numa_node", "page_size"])
+    for node_id, node in memory.nodes.items():
+        for resource, table in node.tables.items():
+            if resource == MEMORY:
+                free_memory.add_metric([str(node_id)], table.free)
+            else:
+                size = resource.removeprefix("hugepages-")
+                free_pages.add_metric([str(node_id), size], table.free // bytes_value(size))
+    return [free_memory, free_pages]
+
+
+def _device_family(ctx: EngineContext, allocs: Allocations) -> Metric:
+    free = GaugeMetricFamily(
+        f"{PREFIX}_numa_node_free_devices", "Healthy devices of a resource on the node not "
+        "assigned to a container (numa_node \"none\": devices that name no node).",
+        labels=["numa_node", "resource"])
+    for name, resource in sorted(ctx.devices.items()):
+        in_use = allocs.devices_in_use(name)
+        counts = {str(n): 0 for n in ctx.numa_ids}
+        for device in resource.devices:
+            for node in device.numa_nodes or ("none",):
+                key = str(node)
+                counts[key] = counts.get(key, 0) + (device.healthy and device.id not in in_use)
+        for node, count in counts.items():
+            free.add_metric([node, name], count)
+    return free
+
+
+class MetricsServer:
+    """``/metrics`` over HTTP on its own daemon thread (prometheus_client's WSGI server; each
+    scrape is served on a thread of its own too)."""
+
+    def __init__(self, metrics: PluginMetrics, address: MetricsAddress) -> None:
+        try:
+            self._server, self._thread = start_http_server(address.port, address.host,
+                                                           registry=metrics.registry)
+        except OSError as e:
+            raise MetricsError(f"metrics address {address}: cannot listen: "
+                               f"{e.strerror or e}") from None
+        except ValueError as e:  # a host name that does not resolve
+            raise MetricsError(f"metrics address {address}: {e}") from None
+        host, port = self._server.server_address[:2]
+        self.url = f"http://{f'[{host}]' if ':' in host else host}:{port}/metrics"
+
+    @property
+    def server(self) -> WSGIServer:
+        return self._server
+
+    def stop(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join(timeout=5)

@@ -1,0 +1,48 @@
+"""One log line per decision, with the decision's facts as fields for the JSON format."""
+
+from __future__ import annotations
+
+import json
+import logging
+
+import pytest
+
+from nri_numa.logs import JsonFormatter
+from nri_numa.nri.session import PluginError
+from tests import nri_messages as msg
+from tests.integration.nri.plugin_env import create, new_plugin
+
+
+def decisions(caplog) -> list[dict]:
+    return [json.loads(JsonFormatter().format(r)) for r in caplog.records
+            if getattr(r, "event", None)]
+
+
+def test_a_placement_is_one_line_with_its_fields(caplog):
+    plugin = new_plugin()
+    g = msg.pod("g", namespace="shop")
+    with caplog.at_level(logging.INFO):
+        reply = create(plugin, g, msg.guaranteed(g, "app", cpus=2))
+    [entry] = decisions(caplog)
+    cpus = reply.adjust.linux.resources.cpu.cpus
+    assert entry["msg"].startswith("placed pod shop/g container app: policy single-numa-node")
+    assert {k: entry[k] for k in ("event", "pod", "pod_uid", "container", "container_id",
+                                  "policy", "cpus", "exclusive", "preferred")} == {
+        "event": "placed", "pod": "shop/g", "pod_uid": "uid-g", "container": "app",
+        "container_id": "ctr-g-app", "policy": "single-numa-node", "cpus": cpus,
+        "exclusive": True, "preferred": True}
+    assert entry["mems"] == reply.adjust.linux.resources.cpu.mems
+    assert entry["hint"] == [int(entry["mems"])] and entry["devices"] == {}
+
+
+def test_a_refusal_is_one_line_with_its_reason(caplog):
+    plugin = new_plugin()
+    big = msg.pod("big")
+    with caplog.at_level(logging.INFO), pytest.raises(PluginError):
+        create(plugin, big, msg.guaranteed(big, "app", cpus=5))
+    [entry] = decisions(caplog)
+    assert entry["event"] == "refused" and entry["reason"] == "TopologyAffinityError"
+    assert entry["pod"] == "default/big" and entry["container"] == "app"
+    assert entry["policy"] == "single-numa-node"
+    assert entry["detail"].startswith("TopologyAffinityError: container app: Resources cannot")
+    assert entry["msg"] == f"refused pod default/big container app: {entry['detail']}"
