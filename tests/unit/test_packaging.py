@@ -1,0 +1,154 @@
+"""packaging/: the Kubernetes manifests have what the API server requires and agree with each
+other, their nri-numa arguments and configuration are ones nri-numa accepts, the runtime
+snippets parse with the tables and keys the runtimes read, and the Containerfile copies files
+that exist. (`containerd config dump` of the real binaries:
+tests/e2e/test_packaging_containerd.py.)"""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from pathlib import Path
+
+import pytest
+import yaml
+
+from nri_numa.cli import build_parser
+from nri_numa.inputs import config_from_text
+
+REPO = Path(__file__).resolve().parents[2]
+PACKAGING = REPO / "packaging"
+MANIFEST = PACKAGING / "kubernetes" / "nri-numa.yaml"
+DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
+# CRI-O's [crio.nri] keys (internal/config/nri, CRI-O 1.26+).
+CRIO_NRI_KEYS = {"enable_nri", "nri_listen", "nri_plugin_dir", "nri_plugin_config_dir",
+                 "nri_plugin_registration_timeout", "nri_plugin_request_timeout",
+                 "nri_disable_connections"}
+
+
+def documents() -> dict[str, dict]:
+    docs = [d for d in yaml.safe_load_all(MANIFEST.read_text()) if d is not None]
+    by_kind = {d["kind"]: d for d in docs}
+    assert len(by_kind) == len(docs), "one object of each kind"
+    return by_kind
+
+
+def pod_spec() -> dict:
+    return documents()["DaemonSet"]["spec"]["template"]["spec"]
+
+
+def the_container() -> dict:
+    [container] = pod_spec()["containers"]
+    return container
+
+
+def test_every_object_has_what_the_api_server_requires():
+    expected = {"ServiceAccount": "v1", "ConfigMap": "v1", "DaemonSet": "apps/v1"}
+    docs = documents()
+    assert {k: d["apiVersion"] for k, d in docs.items()} == expected
+    for doc in docs.values():
+        meta = doc["metadata"]
+        assert DNS_LABEL.fullmatch(meta["name"]) and meta["namespace"] == "kube-system"
+
+
+def test_the_daemonset_selects_its_own_pods():
+    spec = documents()["DaemonSet"]["spec"]
+    labels = spec["template"]["metadata"]["labels"]
+    assert spec["selector"]["matchLabels"].items() <= labels.items()
+    assert spec["updateStrategy"]["type"] in ("RollingUpdate", "OnDelete")
+
+
+def test_the_pod_is_node_critical_and_needs_no_api_access():
+    spec, docs = pod_spec(), documents()
+    assert spec["priorityClassName"] == "system-node-critical"
+    assert spec["serviceAccountName"] == docs["ServiceAccount"]["metadata"]["name"]
+    assert spec["automountServiceAccountToken"] is False
+    assert docs["ServiceAccount"]["automountServiceAccountToken"] is False
+    assert not {"Role", "ClusterRole", "RoleBinding", "ClusterRoleBinding"} & set(docs)
+
+
+def test_every_mount_names_a_volume_and_the_host_paths_are_the_ones_nri_numa_uses():
+    spec, container = pod_spec(), the_container()
+    volumes = {v["name"]: v for v in spec["volumes"]}
+    mounts = {m["name"]: m for m in container["volumeMounts"]}
+    assert set(mounts) == set(volumes)
+    host = {v["hostPath"]["path"]: mounts[name] for name, v in volumes.items() if "hostPath" in v}
+    assert set(host) == {"/var/run/nri", "/sys", "/var/lib/nri-numa",
+                         "/var/lib/kubelet/pod-resources", "/dev"}
+    for path, mount in host.items():
+        if path != "/dev":  # the container has a /dev of its own; --dev-root names this one
+            assert mount["mountPath"] == path  # nri-numa finds them where the host has them
+    assert host["/sys"].get("readOnly") is True and host["/dev"].get("readOnly") is True
+    assert host["/var/lib/nri-numa"].get("readOnly") is not True  # the checkpoint is written
+    assert host["/var/run/nri"].get("readOnly") is not True
+
+
+def test_the_container_runs_nri_numa_run_with_options_it_accepts():
+    container = the_container()
+    assert container["name"] and container["image"]
+    args = build_parser().parse_args(container["args"])
+    assert args.command == "run"
+    config_dir = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}["config"]
+    assert Path(args.config).parent == Path(config_dir)
+    assert args.state_dir == "/var/lib/nri-numa" and args.nri_socket == "/var/run/nri/nri.sock"
+    dev_mount = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}["dev"]
+    assert args.dev_root == dev_mount
+    key = Path(args.config).name
+    assert key in documents()["ConfigMap"]["data"]
+
+
+def test_the_configmaps_config_is_one_nri_numa_accepts():
+    text = documents()["ConfigMap"]["data"]["config.yaml"]
+    config = config_from_text(text, "ConfigMap nri-numa-config")
+    assert config.cpu_manager_policy == "static"
+    assert config.topology_manager_policy == "single-numa-node"
+    assert "nriNuma:" in text  # where nri-numa's own settings go
+
+
+def test_the_container_is_burstable_and_unprivileged():
+    container = the_container()
+    resources = container["resources"]
+    # Burstable: requests below limits (no CPU limit), so it never gets exclusive CPUs.
+    assert "cpu" in resources["requests"] and "cpu" not in resources.get("limits", {})
+    security = container["securityContext"]
+    assert security["privileged"] is False and security["allowPrivilegeEscalation"] is False
+    assert security["readOnlyRootFilesystem"] is True
+    assert security["capabilities"]["drop"] == ["ALL"]
+
+
+@pytest.mark.parametrize("name, version", [("containerd-1.7-nri.toml", 2),
+                                           ("containerd-2.x-nri.toml", 3)])
+def test_containerd_snippets_parse_with_the_nri_plugin_table(name, version):
+    config = tomllib.loads((PACKAGING / name).read_text())
+    assert config["version"] == version
+    nri = config["plugins"]["io.containerd.nri.v1.nri"]
+    assert nri["disable"] is False and nri["disable_connections"] is False
+    assert nri["socket_path"] == "/var/run/nri/nri.sock"
+
+
+def test_the_crio_drop_in_turns_nri_on_with_crios_key_names():
+    config = tomllib.loads((PACKAGING / "crio-nri.conf").read_text())
+    nri = config["crio"]["nri"]
+    assert set(nri) <= CRIO_NRI_KEYS, set(nri) - CRIO_NRI_KEYS
+    assert nri["enable_nri"] is True and nri["nri_listen"] == "/var/run/nri/nri.sock"
+    assert nri["nri_disable_connections"] is False
+
+
+def test_the_containerfile_builds_from_files_that_exist():
+    text = (PACKAGING / "Containerfile").read_text()
+    assert re.search(r"^FROM python:3\.11-slim-bookworm$", text, re.M)
+    for line in re.findall(r"^COPY (.+)$", text, re.M):
+        *sources, _ = line.split()
+        for source in sources:
+            assert (REPO / source).exists(), source
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    assert "nri-numa" in project["scripts"]
+    assert 'ENTRYPOINT ["nri-numa"]' in text
+
+
+def test_the_packaging_readme_lists_every_file():
+    readme = (PACKAGING / "README.md").read_text()
+    shipped = [p.relative_to(PACKAGING).as_posix() for p in PACKAGING.rglob("*")
+               if p.is_file() and p.name != "README.md"]
+    for name in shipped:
+        assert f"`{name}`" in readme, name
