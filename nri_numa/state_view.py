@@ -15,8 +15,6 @@ the cpusets the plugin sent, so a drift seen once is worth a second look.
 
 from __future__ import annotations
 
-import hashlib
-import json
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -28,10 +26,9 @@ from nri_numa.engine.allocations import Allocations, AllocationsError
 from nri_numa.engine.memory import MemoryState
 from nri_numa.engine.request import QosClass
 from nri_numa.runtime.to_request import qos_from_cgroup_parent
-from nri_numa.state.checkpoint import (CHECKPOINT_VERSION, FILE_NAME, FORMAT, ContainerRecord,
-                                       PodRecord, RecordError, current_boot_id,
+from nri_numa.state.checkpoint import (FILE_NAME, ContainerRecord, PodRecord, RecordError,
+                                       UntrustedCheckpoint, current_boot_id, read_envelope,
                                        records_from_dict)
-from nri_numa.state.encoding import canonical
 from nri_numa.state.ledger import LEDGER_VERSION
 from nri_numa.state.recorded_config import PAYLOAD_KEY as CONFIG_KEY
 from nri_numa.state.recorded_config import RecordedConfig
@@ -201,24 +198,9 @@ def age(view: StateView, now: float | None = None) -> float:
 
 def _envelope(raw: bytes, path: Path, boot_id: str | None) -> dict[str, Any]:
     try:
-        envelope = json.loads(raw)
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise StateViewError(f"{path} is not JSON (truncated or garbled?): {e}") from None
-    if not isinstance(envelope, dict) or envelope.get("format") != FORMAT:
-        raise StateViewError(f"{path} is not an nri-numa checkpoint (format {FORMAT!r} missing)")
-    if envelope.get("version") != CHECKPOINT_VERSION:
-        raise StateViewError(f"{path} is checkpoint version {envelope.get('version')!r}; this "
-                             f"nri-numa reads version {CHECKPOINT_VERSION}")
-    written_boot = envelope.get("boot")
-    if None not in (written_boot, boot_id) and written_boot != boot_id:
-        raise StateViewError(f"{path} was written before this machine last started: none of "
-                             "its containers runs; nri-numa sets it aside when it next starts")
-    payload = envelope.get("payload")
-    if not isinstance(payload, dict):
-        raise StateViewError(f"{path} has no payload")
-    if hashlib.sha256(canonical(payload)).hexdigest() != envelope.get("sha256"):
-        raise StateViewError(f"{path}: checksum mismatch (the file was changed or damaged)")
-    return envelope
+        return read_envelope(raw, boot_id=boot_id)
+    except UntrustedCheckpoint as e:
+        raise StateViewError(f"{path}: {e}") from None
 
 
 def _allocations(ledger: Any) -> Allocations:

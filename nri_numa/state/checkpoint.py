@@ -122,7 +122,7 @@ class CheckpointStore:
             raise CheckpointError(f"cannot read {self.path}: {e.strerror}") from None
         try:
             return self._payload(raw)
-        except _Untrusted as e:
+        except UntrustedCheckpoint as e:
             self.set_aside(str(e))
             return None
 
@@ -183,26 +183,7 @@ class CheckpointStore:
         return target
 
     def _payload(self, raw: bytes) -> dict[str, Any]:
-        try:
-            envelope = json.loads(raw)
-        except (UnicodeDecodeError, json.JSONDecodeError) as e:
-            raise _Untrusted(f"not JSON (truncated or garbled?): {e}") from None
-        if not isinstance(envelope, dict) or envelope.get("format") != FORMAT:
-            raise _Untrusted(f"not an nri-numa checkpoint (format {FORMAT!r} missing)")
-        if envelope.get("version") != CHECKPOINT_VERSION:
-            raise _Untrusted(f"checkpoint version {envelope.get('version')!r}; this nri-numa "
-                             f"reads version {CHECKPOINT_VERSION}")
-        if envelope.get("machine") != self.machine:
-            raise _Untrusted("written on another machine (or before its CPUs changed)")
-        if None not in (envelope.get("boot"), self.boot_id) and envelope["boot"] != self.boot_id:
-            raise _Untrusted("written before the machine last started: none of its containers "
-                             "still runs")
-        payload = envelope.get("payload")
-        if not isinstance(payload, dict):
-            raise _Untrusted("payload missing")
-        if hashlib.sha256(canonical(payload)).hexdigest() != envelope.get("sha256"):
-            raise _Untrusted("checksum mismatch")
-        return payload
+        return read_envelope(raw, self.machine, self.boot_id)["payload"]
 
     def _open_temp(self, temp: Path) -> int:
         """A new temp file, mode 0600. The folder is made the first time (or again, if someone
@@ -252,8 +233,36 @@ def current_boot_id() -> str | None:
         return None
 
 
-class _Untrusted(Exception):
-    """A checkpoint file that must be set aside; the message says why."""
+class UntrustedCheckpoint(Exception):
+    """A checkpoint file that must not be trusted (the plugin sets it aside); the message says
+    why."""
+
+
+def read_envelope(raw: bytes, machine: str | None = None,
+                  boot_id: str | None = None) -> dict[str, Any]:
+    """The envelope of a checkpoint file's bytes, its payload checked: format, version, checksum,
+    this boot (when both boot ids are known) and, when ``machine`` is given, this machine.
+    UntrustedCheckpoint otherwise. Changes nothing: ``nri-numa state`` reads through it too."""
+    try:
+        envelope = json.loads(raw)
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise UntrustedCheckpoint(f"not JSON (truncated or garbled?): {e}") from None
+    if not isinstance(envelope, dict) or envelope.get("format") != FORMAT:
+        raise UntrustedCheckpoint(f"not an nri-numa checkpoint (format {FORMAT!r} missing)")
+    if envelope.get("version") != CHECKPOINT_VERSION:
+        raise UntrustedCheckpoint(f"checkpoint version {envelope.get('version')!r}; this "
+                                  f"nri-numa reads version {CHECKPOINT_VERSION}")
+    if machine is not None and envelope.get("machine") != machine:
+        raise UntrustedCheckpoint("written on another machine (or before its CPUs changed)")
+    if None not in (envelope.get("boot"), boot_id) and envelope["boot"] != boot_id:
+        raise UntrustedCheckpoint("written before the machine last started: none of its "
+                                  "containers still runs")
+    payload = envelope.get("payload")
+    if not isinstance(payload, dict):
+        raise UntrustedCheckpoint("payload missing")
+    if hashlib.sha256(canonical(payload)).hexdigest() != envelope.get("sha256"):
+        raise UntrustedCheckpoint("checksum mismatch")
+    return envelope
 
 
 def _write_all(fd: int, data: bytes) -> None:

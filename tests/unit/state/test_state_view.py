@@ -282,9 +282,9 @@ def test_a_missing_state_folder_is_one_clear_line(base, capsys):
 
 
 @pytest.mark.parametrize("damage, why", [
-    (lambda raw: raw[: len(raw) // 2], "is not JSON (truncated or garbled?)"),
+    (lambda raw: raw[: len(raw) // 2], ": not JSON (truncated or garbled?)"),
     (lambda raw: raw.replace(b'"name":"app"', b'"name":"other"', 1), "checksum mismatch"),
-    (lambda raw: b'{"format": "something-else"}', "is not an nri-numa checkpoint"),
+    (lambda raw: b'{"format": "something-else"}', ": not an nri-numa checkpoint"),
     (lambda raw: raw.replace(b'"version":1', b'"version":7', 1), "checkpoint version 7"),
 ])
 def test_an_untrusted_checkpoint_is_reported_and_left_where_it_is(base, capsys, damage, why):
@@ -301,7 +301,7 @@ def test_an_untrusted_checkpoint_is_reported_and_left_where_it_is(base, capsys, 
 def test_a_checkpoint_from_an_earlier_boot_is_reported(base):
     folder = base / "state"
     CheckpointStore(folder, "m", boot_id="an-earlier-boot").save({"ledger": {}, "records": {}})
-    with pytest.raises(StateViewError, match="written before this machine last started"):
+    with pytest.raises(StateViewError, match="written before the machine last started"):
         read_checkpoint(folder, boot_id="this-boot")
 
 
