@@ -74,11 +74,12 @@ def test_every_mount_names_a_volume_and_the_host_paths_are_the_ones_nri_numa_use
     assert set(mounts) == set(volumes)
     host = {v["hostPath"]["path"]: mounts[name] for name, v in volumes.items() if "hostPath" in v}
     assert set(host) == {"/var/run/nri", "/sys", "/var/lib/nri-numa",
-                         "/var/lib/kubelet/pod-resources", "/dev"}
+                         "/var/lib/kubelet/pod-resources", "/dev", "/etc/cdi", "/var/run/cdi"}
     for path, mount in host.items():
         if path != "/dev":  # the container has a /dev of its own; --dev-root names this one
             assert mount["mountPath"] == path  # nri-numa finds them where the host has them
-    assert host["/sys"].get("readOnly") is True and host["/dev"].get("readOnly") is True
+    for read_only in ("/sys", "/dev", "/etc/cdi", "/var/run/cdi"):
+        assert host[read_only].get("readOnly") is True
     assert host["/var/lib/nri-numa"].get("readOnly") is not True  # the checkpoint is written
     assert host["/var/run/nri"].get("readOnly") is not True
 
