@@ -25,6 +25,11 @@ DEFAULT_NAME = "nri-numa"
 DEFAULT_INDEX = "90"
 DEFAULT_METRICS_ADDRESS = "127.0.0.1:9109"
 DEFAULT_DEV_ROOT = "/dev"
+# How GPUs are given (docs/devices.md): device nodes, CDI names, or CDI where the runtime
+# applies it and a spec names the GPU. The spec dirs are CDI's own defaults.
+DEVICE_INJECTIONS = ("nodes", "cdi", "auto")
+DEFAULT_DEVICE_INJECTION = "auto"
+DEFAULT_CDI_SPEC_DIRS = ("/etc/cdi", "/var/run/cdi")
 METRICS_OFF = ("", "off")
 LOG_FORMATS = ("text", "json")
 LOG_LEVELS = ("debug", "info", "warning", "error")
@@ -64,6 +69,8 @@ class AgentSettings:
     log_file: Path | None = None  # None: standard error
     pod_resources_socket: str = DEFAULT_POD_RESOURCES_SOCKET  # the kubelet's; "": not used
     dev_root: Path = Path(DEFAULT_DEV_ROOT)  # the host's device nodes
+    device_injection: str = DEFAULT_DEVICE_INJECTION
+    cdi_spec_dirs: tuple[Path, ...] = tuple(Path(d) for d in DEFAULT_CDI_SPEC_DIRS)
     given: frozenset[str] = frozenset()  # the fields the file or the flags set
 
 
@@ -85,6 +92,15 @@ def _path(raw: Any) -> Path:
 
 def _optional_path(raw: Any) -> Path | None:
     return None if raw is None else _path(raw)
+
+
+def _paths(raw: Any) -> tuple[Path, ...]:
+    """A list of paths; on the command line one string, comma-separated."""
+    items = raw.split(",") if isinstance(raw, str) else raw
+    if not isinstance(items, list | tuple) or not items:
+        raise _Bad(f"must be a non-empty list of paths (comma-separated on the command line), "
+                   f"not {raw!r}")
+    return tuple(_path(item.strip() if isinstance(item, str) else item) for item in items)
 
 
 def _socket(raw: Any) -> str:
@@ -164,6 +180,9 @@ KEYS = (
     _Key("podResourcesSocket", "--pod-resources-socket", "pod_resources_socket",
          _optional_socket),
     _Key("devRoot", "--dev-root", "dev_root", _path),
+    _Key("deviceInjection", "--device-injection", "device_injection",
+         _choice(DEVICE_INJECTIONS)),
+    _Key("cdiSpecDirs", "--cdi-spec-dirs", "cdi_spec_dirs", _paths),
 )
 _BY_NAME = {k.name: k for k in KEYS}
 _BY_FIELD = {k.field: k for k in KEYS}

@@ -182,7 +182,8 @@ def _run_settings(args: argparse.Namespace, config_file: Path | None) -> AgentSe
              "plugin_index": args.index, "metrics_address": args.metrics_address,
              "log_format": args.log_format, "log_level": args.log_level,
              "log_file": args.log_file, "pod_resources_socket": args.pod_resources_socket,
-             "dev_root": args.dev_root}
+             "dev_root": args.dev_root, "device_injection": args.device_injection,
+             "cdi_spec_dirs": args.cdi_spec_dirs}
     try:
         return resolve(section, str(config_file), flags)
     except SettingsError as e:
@@ -217,6 +218,13 @@ def _add_run_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--dev-root", metavar="DIR",
                    help="where the host's device nodes are, for the devices a container is "
                         "given (default /dev)")
+    p.add_argument("--device-injection", choices=("nodes", "cdi", "auto"),
+                   help="how GPUs are given: device nodes, CDI names the runtime injects, or "
+                        "auto: CDI where the runtime applies it (containerd >= 2.1) and a CDI "
+                        "spec names the GPU, else nodes (default auto)")
+    p.add_argument("--cdi-spec-dirs", metavar="DIR[,DIR]",
+                   help="CDI spec dirs, later ones winning, as the runtime's (default "
+                        "/etc/cdi,/var/run/cdi)")
     p.add_argument("--metrics-address", metavar="HOST:PORT",
                    help="serve Prometheus metrics at http://HOST:PORT/metrics (default "
                         "127.0.0.1:9109; \"off\" turns them off)")

@@ -23,7 +23,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from nri_numa.agent_settings import (DEFAULT_DEV_ROOT, DEFAULT_INDEX, DEFAULT_NAME,
+from nri_numa.agent_settings import (DEFAULT_CDI_SPEC_DIRS, DEFAULT_DEV_ROOT,
+                                     DEFAULT_DEVICE_INJECTION, DEFAULT_INDEX, DEFAULT_NAME,
                                      DEFAULT_SOCKET, DEFAULT_STATE_DIR, AgentSettings,
                                      MetricsAddress)
 from nri_numa.engine.config import ConfigError, EngineConfig
@@ -31,7 +32,8 @@ from nri_numa.inputs import InputFileError, read_config_file, read_topology_file
 from nri_numa.metrics import NO_METRICS, MetricsError, MetricsServer, PluginMetrics
 from nri_numa.nri.pb import api_pb2 as api
 from nri_numa.nri.plugin import NumaPlugin
-from nri_numa.runtime import DeviceGranter
+from nri_numa.runtime import DeviceGranter, DeviceLocator
+from nri_numa.runtime.cdi import CdiRegistry
 from nri_numa.nri.session import NriSession, SessionClosed
 from nri_numa.nri.wire.ttrpc import TtrpcError
 from nri_numa.podresources import DEFAULT_SOCKET as DEFAULT_POD_RESOURCES_SOCKET
@@ -62,6 +64,8 @@ class DaemonOptions:
     index: str = DEFAULT_INDEX
     pod_resources_socket: str = DEFAULT_POD_RESOURCES_SOCKET  # "": no kubelet hints
     dev_root: Path = Path(DEFAULT_DEV_ROOT)  # the host's device nodes, for devices given
+    device_injection: str = DEFAULT_DEVICE_INJECTION  # GPUs as nodes, CDI names, or auto
+    cdi_spec_dirs: tuple[Path, ...] = tuple(Path(d) for d in DEFAULT_CDI_SPEC_DIRS)
     # None: no metrics server. `nri-numa run` serves them by default (agent_settings).
     metrics_address: MetricsAddress | None = None
     # True when nobody asked for that address: a port in use then only costs the metrics.
@@ -73,7 +77,9 @@ class DaemonOptions:
                    state_dir=settings.state_dir, topology_file=settings.topology_file,
                    name=settings.plugin_name, index=settings.plugin_index,
                    pod_resources_socket=settings.pod_resources_socket,
-                   dev_root=settings.dev_root, metrics_address=settings.metrics_address,
+                   dev_root=settings.dev_root, device_injection=settings.device_injection,
+                   cdi_spec_dirs=settings.cdi_spec_dirs,
+                   metrics_address=settings.metrics_address,
                    metrics_optional="metrics_address" not in settings.given)
 
 
@@ -246,12 +252,15 @@ def run(options: DaemonOptions, environ: dict[str, str] | None = None) -> None:
     # The scrape reads the plugin made just below; the server starts only once it exists.
     metrics = (PluginMetrics(lambda: (plugin.ledger, plugin.containers))
                if options.metrics_address is not None else NO_METRICS)
+    cdi = CdiRegistry(options.cdi_spec_dirs)  # CDI names: hints, and GPUs given by name
     try:
         try:
             plugin = NumaPlugin(topology, config, store, send_updates=sender.submit,
                                 metrics=metrics,
                                 kubelet_hints=hint_source(options.pod_resources_socket, topology),
-                                granter=DeviceGranter(topology, options.dev_root))
+                                locator=DeviceLocator(topology, cdi=cdi),
+                                granter=DeviceGranter(topology, options.dev_root, cdi=cdi,
+                                                      injection=options.device_injection))
         except (ConfigError, CheckpointError) as e:
             raise DaemonError(str(e)) from None
         if isinstance(metrics, PluginMetrics) and options.metrics_address is not None:

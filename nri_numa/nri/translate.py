@@ -138,7 +138,8 @@ def adjustment(placement: Placement, grant: Grant | None = None) -> api.Containe
     """The changes to the container being created: its cpuset (exclusive CPUs or the shared
     pool), when the engine chose them its memory nodes, and the devices it was given
     (``grant``): their nodes in ``linux.devices``, an allow rule for each in
-    ``linux.resources.devices``, and their environment (``NVIDIA_VISIBLE_DEVICES``)."""
+    ``linux.resources.devices``, their environment (``NVIDIA_VISIBLE_DEVICES``), and the CDI
+    names the runtime is to inject in ``CDI_devices`` (NRI v0.7+)."""
     adjust = api.ContainerAdjustment()
     adjust.linux.resources.CopyFrom(cpuset_resources(placement.cpus, placement.mems))
     if grant:
@@ -159,6 +160,8 @@ def add_devices(adjust: api.ContainerAdjustment, grant: Grant) -> None:
         rule.minor.value = node.minor
     for key, value in sorted(grant.env.items()):
         adjust.env.add(key=key, value=value)
+    for name in grant.cdi_devices:
+        adjust.CDI_devices.add(name=name)
 
 
 def cpuset_update(container_id: str, cpus: frozenset[int], mems: frozenset[int] | None = None,

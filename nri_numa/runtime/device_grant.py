@@ -16,6 +16,14 @@ Device numbers are read from the host's nodes under ``dev_root`` (``/dev``): ``n
 major is given out at module load, so it cannot be assumed. A GPU node the host lacks gets the
 driver's fixed major 195. Everything is looked up per call; nothing is cached, since nodes come
 and go with the driver.
+
+**GPUs by CDI name** instead (``injection``: ``cdi``, or ``auto`` once the runtime is known to
+apply them, ``use_runtime``): each GPU becomes the name of the CDI device that injects it
+(``CdiRegistry.gpu_device_name``), and the runtime applies the spec's edits (nodes, the
+driver's libraries, its environment); no node and no ``NVIDIA_VISIBLE_DEVICES`` are sent. A
+container's GPUs all go one way: under ``auto``, when one of them has no CDI device, all get
+nodes; under ``cdi`` that container is refused. NICs always get nodes (CDI has no common kind
+for them).
 """
 
 from __future__ import annotations
@@ -29,6 +37,7 @@ from types import MappingProxyType
 
 from nri_numa.engine.context import GPU_RESOURCE
 from nri_numa.engine.devices.requested import PCI_PREFIX
+from nri_numa.runtime.cdi import AUTO, CDI, INJECTION_MODES, NODES, CdiRegistry, runtime_applies_cdi
 from nri_numa.topology.model import Gpu, Topology
 from nri_numa.topology.nvidia_proc import driver_minors
 
@@ -62,32 +71,61 @@ class GrantedNode:
 class Grant:
     nodes: tuple[GrantedNode, ...] = ()
     env: Mapping[str, str] = field(default_factory=dict)
+    cdi_devices: tuple[str, ...] = ()  # CDI names the runtime injects (nvidia.com/gpu=<uuid>)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "nodes", tuple(self.nodes))
         object.__setattr__(self, "env", MappingProxyType(dict(self.env)))
+        object.__setattr__(self, "cdi_devices", tuple(self.cdi_devices))
 
     def __bool__(self) -> bool:
-        return bool(self.nodes or self.env)
+        return bool(self.nodes or self.env or self.cdi_devices)
 
 
 class DeviceGranter:
     """Turns a placement's devices into a ``Grant``. ``dev_root`` is the host's ``/dev``;
-    ``root`` is where ``sys`` and ``proc`` are read (``/`` on a live machine)."""
+    ``root`` is where ``sys`` and ``proc`` are read (``/`` on a live machine); ``cdi`` the CDI
+    spec dirs and ``injection`` how GPUs are given (``nodes``, ``cdi``, ``auto``)."""
 
     def __init__(self, topology: Topology, dev_root: str | Path = "/dev",
-                 root: str | Path = "/") -> None:
+                 root: str | Path = "/", *, cdi: CdiRegistry | None = None,
+                 injection: str = NODES) -> None:
+        if injection not in INJECTION_MODES:
+            raise ValueError(f"device injection {injection!r} is not one of "
+                             f"{', '.join(INJECTION_MODES)}")
         self._topology = topology
         self._dev = Path(dev_root)
         self._root = Path(root)
         self._gpus = {g.uuid: g for g in topology.gpus}
+        self._cdi = cdi or CdiRegistry()
+        self._injection = injection
+        self._runtime_applies_cdi = False
+
+    def use_runtime(self, name: str, version: str) -> str:
+        """Learn the runtime (from NRI's Configure); returns a line for the log saying how
+        GPUs will be given."""
+        self._runtime_applies_cdi = runtime_applies_cdi(name, version)
+        runtime = f"{name or 'the runtime'} {version}".strip()
+        dirs = ", ".join(map(str, self._cdi.spec_dirs))
+        if self._injection == NODES:
+            return "device injection nodes: GPUs get device nodes"
+        if self._injection == CDI:
+            return f"device injection cdi: GPUs by CDI name from {dirs}"
+        if self._runtime_applies_cdi:
+            return (f"device injection auto: {runtime} applies CDI devices; GPUs by CDI name "
+                    f"where {dirs} define them, else device nodes")
+        return (f"device injection auto: {runtime} is not known to apply CDI devices "
+                "(containerd >= 2.1 is); GPUs get device nodes")
 
     def grant(self, devices: Mapping[str, Iterable[str]]) -> Grant:
         """GrantError for a device this machine cannot hand over."""
         nodes: list[GrantedNode] = []
         env: dict[str, str] = {}
+        cdi_devices: tuple[str, ...] = ()
         gpus = tuple(devices.get(GPU_RESOURCE, ()))
         if gpus:
+            cdi_devices = self._gpu_cdi_names(gpus)
+        if gpus and not cdi_devices:
             nodes += self._gpu_nodes(gpus)
             env[NVIDIA_VISIBLE_DEVICES] = ",".join(gpus)
         nics = [a for name, ids in sorted(devices.items()) if name.startswith(PCI_PREFIX)
@@ -95,9 +133,32 @@ class DeviceGranter:
         if nics:
             nodes += self._nic_nodes(nics)
         unique = {n.path: n for n in nodes}  # shared nodes are named once
-        return Grant(tuple(unique.values()), env)
+        return Grant(tuple(unique.values()), env, cdi_devices)
 
     # --- GPUs --------------------------------------------------------------------------------
+
+    def _gpu_cdi_names(self, uuids: tuple[str, ...]) -> tuple[str, ...]:
+        """The GPUs' CDI names when they go by CDI; () for device nodes."""
+        if self._injection == NODES or (self._injection == AUTO
+                                        and not self._runtime_applies_cdi):
+            return ()
+        minors = self.gpu_minors()
+        names = []
+        for uuid in uuids:
+            gpu = self._gpus.get(uuid)
+            if gpu is None:
+                raise GrantError(f"GPU {uuid} is not a GPU of this machine")
+            name = self._cdi.gpu_device_name(uuid, gpu.index, minors.get(uuid))
+            if name is None:
+                if self._injection == AUTO:
+                    return ()
+                dirs = ", ".join(map(str, self._cdi.spec_dirs))
+                raise GrantError(f"GPU {uuid} ({gpu.pci_address}): no CDI device in {dirs} "
+                                 "names it (by UUID, by its /dev/nvidia<minor> node or by "
+                                 "index), and device injection is cdi; generate the spec "
+                                 "(nvidia-ctk cdi generate) or use --device-injection auto")
+            names.append(name)
+        return tuple(names)
 
     def _gpu_nodes(self, uuids: tuple[str, ...]) -> list[GrantedNode]:
         minors = self.gpu_minors()

@@ -20,6 +20,7 @@ pod spec, so each request is read back from it (docs/real-runtimes.md):
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 from collections.abc import Iterable, Mapping, Sequence
@@ -31,9 +32,13 @@ from nri_numa.engine.devices import Resource
 from nri_numa.engine.devices.requested import (container_devices, pod_devices_for,
                                                resolve_devices)
 from nri_numa.engine.request import ContainerRequest, PodRequest, QosClass
+from nri_numa.runtime.cdi import (ALL_DEVICES, NVIDIA_GPU_KIND, CdiName, CdiRegistry,
+                                  annotation_names, device_node)
 from nri_numa.runtime.container import DeviceNode, RuntimeContainer, RuntimePod
 from nri_numa.runtime.device_grant import NVIDIA_MAJOR, NVIDIA_VISIBLE_DEVICES, gpus_by_minor
 from nri_numa.topology.model import Gpu, Topology
+
+log = logging.getLogger(__name__)
 
 MIN_SHARES = 2  # the kubelet's floor: what a container without a CPU request gets
 DEFAULT_NAMESPACE = "default"
@@ -100,30 +105,66 @@ class DeviceLocator:
     GPUs by minor (NVML's, else the driver's ``/proc/driver/nvidia``). Other char and block
     devices are followed from ``/sys/dev/<kind>/MAJ:MIN`` to the nearest PCI function above
     them. ``NVIDIA_VISIBLE_DEVICES`` (UUIDs or NVML indices) names GPUs the NVIDIA runtime hook
-    adds after the runtime asked us. Results are
+    adds after the runtime asked us. CDI names in ``cdi.k8s.io/*`` annotations: a GPU by UUID
+    (any kind) or NVML index (``nvidia.com/gpu``), else the nodes the spec files in ``cdi``
+    give that name, followed as above. Results are
     cached per device number: sysfs links do not change while a device exists.
     """
 
-    def __init__(self, topology: Topology, sysfs_root: str | Path = "/") -> None:
+    def __init__(self, topology: Topology, sysfs_root: str | Path = "/",
+                 cdi: CdiRegistry | None = None) -> None:
         self._topology = topology
         self._root = Path(sysfs_root)
+        self._cdi = cdi or CdiRegistry()
         self._gpu_by_minor = gpus_by_minor(topology, self._root)
         self._gpu_by_uuid = {g.uuid: g for g in topology.gpus}
         self._gpu_by_index = {str(g.index): g for g in topology.gpus}
         self._pci_node: dict[tuple[str, int, int], int | None] = {}
+        self._reported: set[str] = set()
 
     def numa_hints(self, container: RuntimeContainer) -> dict[str, frozenset[int]]:
         """Resource (``nvidia.com/gpu``, else the device path) → NUMA nodes of its devices."""
         hints: dict[str, set[int]] = {}
         for gpu in self._visible_gpus(container.env.get(NVIDIA_VISIBLE_DEVICES, "")):
             _add(hints, GPU_RESOURCE, gpu.numa_node)
-        for device in container.devices:
+        for device in (*container.devices, *self._cdi_nodes(container, hints)):
             gpu = self._nvidia_gpu(device)
             if gpu is not None:
                 _add(hints, GPU_RESOURCE, gpu.numa_node)
             else:
                 _add(hints, device.path, self._pci_numa_node(device))
         return {name: frozenset(nodes) for name, nodes in hints.items() if nodes}
+
+    def _cdi_nodes(self, container: RuntimeContainer,
+                   hints: dict[str, set[int]]) -> list[DeviceNode]:
+        """The container's CDI names: GPUs named by UUID or index go straight into ``hints``;
+        the nodes of any other name a spec file defines are returned, to be followed."""
+        names, problems = annotation_names(container.annotations)
+        for problem in problems:
+            self._report(f"container {container.name or container.id}: {problem}; not used")
+        nodes: list[DeviceNode] = []
+        for name in names:
+            gpu = self._named_gpu(name)
+            if gpu is not None:
+                _add(hints, GPU_RESOURCE, gpu.numa_node)
+            elif name.device != ALL_DEVICES and (device := self._cdi.device(name)) is not None:
+                nodes += [n for n in map(device_node, (*device.nodes, *device.spec_nodes))
+                          if n is not None]
+        return nodes
+
+    def _named_gpu(self, name: CdiName) -> Gpu | None:
+        # UUIDs are unique whatever the kind (NVIDIA's device plugin writes its own kind);
+        # indices only mean NVML's under nvidia.com/gpu. MIG instances ("MIG-…", "0:1") are
+        # not mapped by name; a spec file that lists one leads to its parent GPU's node.
+        gpu = self._gpu_by_uuid.get(name.device)
+        if gpu is None and name.kind == NVIDIA_GPU_KIND:
+            gpu = self._gpu_by_index.get(name.device)
+        return gpu
+
+    def _report(self, problem: str) -> None:
+        if problem not in self._reported and len(self._reported) < 1024:
+            self._reported.add(problem)
+            log.warning("%s", problem)
 
     def _visible_gpus(self, value: str) -> Iterable[Gpu]:
         # "all" spans every GPU, which says nothing about where to run; MIG ids are left to

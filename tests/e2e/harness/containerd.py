@@ -131,14 +131,21 @@ def _shared_plugins(paths: DaemonPaths) -> TomlTable:
     }
 
 
-def config_v2(paths: DaemonPaths, sandbox_image: str, runc: Path = RUNC, log_level: str = "info") -> TomlTable:
+def _cdi(spec_dirs: tuple[str, ...] | None) -> TomlTable:
+    """CDI off, or on with these spec dirs (the same two keys in both formats)."""
+    return {"enable_cdi": False} if spec_dirs is None else {
+        "enable_cdi": True, "cdi_spec_dirs": list(spec_dirs)}
+
+
+def config_v2(paths: DaemonPaths, sandbox_image: str, runc: Path = RUNC, log_level: str = "info",
+              cdi_spec_dirs: tuple[str, ...] | None = None) -> TomlTable:
     """containerd 1.7's format: one "io.containerd.grpc.v1.cri" plugin holds all of CRI.
     restrict_oom_score_adj: this VM refuses a negative oom_score_adj (no CAP_SYS_RESOURCE) and runc
     would fail with "can't get final child's PID from pipe"."""
     cri = {
         "sandbox_image": sandbox_image,
         "restrict_oom_score_adj": True,
-        "enable_cdi": False,
+        **_cdi(cdi_spec_dirs),
         "stream_server_port": "0",
         "containerd": {"default_runtime_name": "runc", "snapshotter": "overlayfs",
                        "runtimes": {"runc": _runc(paths, runc)}},
@@ -148,11 +155,12 @@ def config_v2(paths: DaemonPaths, sandbox_image: str, runc: Path = RUNC, log_lev
             "plugins": {"io.containerd.grpc.v1.cri": cri, **_shared_plugins(paths)}}
 
 
-def config_v3(paths: DaemonPaths, sandbox_image: str, runc: Path = RUNC, log_level: str = "info") -> TomlTable:
+def config_v3(paths: DaemonPaths, sandbox_image: str, runc: Path = RUNC, log_level: str = "info",
+              cdi_spec_dirs: tuple[str, ...] | None = None) -> TomlTable:
     """containerd 2.x's format: images, runtime and the gRPC server are separate CRI plugins."""
     runtime = {
         "restrict_oom_score_adj": True,
-        "enable_cdi": False,
+        **_cdi(cdi_spec_dirs),
         "containerd": {"default_runtime_name": "runc", "runtimes": {"runc": _runc(paths, runc)}},
         "cni": {"bin_dirs": [str(paths.cni / "bin")], "conf_dir": str(paths.cni / "net.d")},
     }
@@ -174,8 +182,10 @@ class ContainerdDaemon:
     leaves no process, mount or file behind."""
 
     def __init__(self, binaries: ContainerdBinaries, base: Path, sandbox_image: str,
-                 runc: Path = RUNC, log_level: str = "info", log: Path | None = None) -> None:
+                 runc: Path = RUNC, log_level: str = "info", log: Path | None = None,
+                 cdi_spec_dirs: tuple[str, ...] | None = None) -> None:
         self.binaries = binaries
+        self.cdi_spec_dirs = cdi_spec_dirs  # None: CDI off
         self.paths = DaemonPaths(base, log or base / "containerd.log")
         self.sandbox_image = sandbox_image
         self.runc = runc
@@ -192,7 +202,7 @@ class ContainerdDaemon:
 
     def config(self) -> TomlTable:
         make = config_v2 if self.binaries.major == 1 else config_v3
-        return make(self.paths, self.sandbox_image, self.runc, self.log_level)
+        return make(self.paths, self.sandbox_image, self.runc, self.log_level, self.cdi_spec_dirs)
 
     def _env(self) -> dict[str, str]:
         # containerd finds its shim (containerd-shim-runc-v2) on PATH: put this version's first.

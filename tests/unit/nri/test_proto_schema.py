@@ -37,6 +37,8 @@ WIRE_FACTS = [
     ("HugepageLimit", "limit", 2, T.TYPE_UINT64),
     ("ContainerAdjustment", "env", 4, T.TYPE_MESSAGE),
     ("ContainerAdjustment", "linux", 6, T.TYPE_MESSAGE),
+    ("ContainerAdjustment", "CDI_devices", 8, T.TYPE_MESSAGE),  # NRI v0.7+
+    ("CDIDevice", "name", 1, T.TYPE_STRING),
     ("LinuxContainerAdjustment", "devices", 1, T.TYPE_MESSAGE),
     ("LinuxContainerAdjustment", "resources", 2, T.TYPE_MESSAGE),
     ("LinuxDevice", "minor", 4, T.TYPE_INT64),
@@ -53,12 +55,25 @@ def test_field_numbers_and_types(message: str, field: str, number: int, kind: in
     assert (descriptor.number, descriptor.type) == (number, kind)
 
 
-def test_v061_has_none_of_the_later_fields() -> None:
-    # Save the two Synchronize "more" flags (v0.8), which the session needs to gather a split one.
+def test_v061_has_only_the_later_fields_we_use() -> None:
+    # Beyond v0.6.1: the two Synchronize "more" flags (v0.8), which the session needs to gather
+    # a split one, and ContainerAdjustment.CDI_devices with its CDIDevice (v0.7), which the
+    # plugin sends where the runtime applies it. Nothing else of later releases.
     by_name = api_pb2.DESCRIPTOR.message_types_by_name
-    assert "CDIDevice" not in by_name and "LinuxPids" not in by_name
-    assert 1 not in by_name["ContainerAdjustment"].fields_by_number
-    assert len(by_name) == 44  # top-level messages in v0.6.1 (v0.8 has 46)
+    assert "LinuxPids" not in by_name
+    adjustment = by_name["ContainerAdjustment"].fields_by_number
+    assert sorted(adjustment) == [2, 3, 4, 5, 6, 7, 8]
+    assert adjustment[8].message_type is by_name["CDIDevice"]
+    assert adjustment[8].is_repeated
+    assert [f.name for f in by_name["CDIDevice"].fields] == ["name"]
+    assert len(by_name) == 45  # top-level messages: v0.6.1's 44 and CDIDevice (v0.8 has 46)
+
+
+def test_cdi_devices_encode_as_upstream_numbers_them() -> None:
+    # Field 8, length-delimited (0x42), holding CDIDevice field 1 (0x0a): what a v0.7+ runtime
+    # decodes as ContainerAdjustment.CDI_devices[0].name.
+    adjust = api_pb2.ContainerAdjustment(CDI_devices=[api_pb2.CDIDevice(name="a.com/b=c")])
+    assert adjust.SerializeToString() == bytes.fromhex("420b0a09") + b"a.com/b=c"
 
 
 def test_services_and_methods_are_the_strings_on_the_wire() -> None:
