@@ -2,27 +2,28 @@
 
 The plugin writes its whole state before it answers each event, and encoding all of it was
 most of a decision's cost. Between two events one pod's allocation changes, one container
-record comes or goes, and at most the shared containers move to a new pool. The values are
-immutable, so each encoder keeps the bytes of what it encoded with the object they came from
-(holding the object also keeps its identity from being reused) and encodes again only objects it
-has not seen. The output is byte for byte ``canonical`` of the whole value, which is what the
-checkpoint's checksum is computed over when it is read back.
+record comes or goes, the memory of at most one pod changes, and the shared containers may move
+to a new pool. The values are immutable, so the encoders keep the bytes of each member with the
+object they came from (holding the object also keeps its identity from being reused) and encode
+again only objects they have not seen under that key. The output is byte for byte ``canonical``
+of the whole value, which is what the checkpoint's checksum is computed over when it is read
+back; tests/unit/state/test_encoding.py and test_ledger_encoding.py hold the two to each
+other.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
-from dataclasses import fields, replace
+from collections.abc import Callable, Mapping
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
 from nri_numa.engine.allocations import Allocations, PodAllocation
-from nri_numa.state.ledger import Ledger
+from nri_numa.engine.memory import MemoryState
+from nri_numa.state.ledger import LEDGER_VERSION, Ledger
 from nri_numa.topology.cpulist import format_list
 
 if TYPE_CHECKING:
-    from nri_numa.engine.request import ContainerRequest
     from nri_numa.state.checkpoint import ContainerRecord, PodRecord
 
 # Every decision writes every record, and most records carry the same shared pool (one
@@ -30,102 +31,139 @@ if TYPE_CHECKING:
 cpu_list = lru_cache(maxsize=256)(format_list)
 
 
+# ``json.dumps`` with these options builds a new encoder at every call, which costs more than
+# encoding a small value: one encoder, the same output.
+_CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"))
+
+
 def canonical(value: Any) -> bytes:
-    return json.dumps(value, sort_keys=True, separators=(",", ":")).encode()
+    return _CANONICAL.encode(value).encode()
 
 
 class Encoded(bytes):
     """A payload member already in canonical JSON: written as it is."""
 
 
+@lru_cache(maxsize=64)
+def _key(key: str) -> bytes:
+    """``"key":``; the payload's few keys are the same at every write."""
+    return canonical(key) + b":"
+
+
 def encode_payload(payload: Mapping[str, Any]) -> bytes:
     """``canonical(payload)``, taking ``Encoded`` members as they are."""
-    members = [canonical(key) + b":" + (value if isinstance(value, Encoded) else canonical(value))
-               for key, value in sorted(payload.items())]
-    return b"{" + b",".join(members) + b"}"
+    parts = [b"{"]
+    for key, value in sorted(payload.items()):
+        parts += (_key(key), value if isinstance(value, Encoded) else canonical(value), b",")
+    parts[-1] = b"}" if len(parts) > 1 else b"{}"
+    return b"".join(parts)  # one copy of the members, which ``+`` would copy once more
 
 
-def _with_member(fields: Mapping[str, Any], key: str, encoded: bytes) -> bytes:
-    """The canonical JSON object of ``fields`` plus ``key`` with an already encoded value."""
-    before = canonical({k: v for k, v in fields.items() if k < key})[1:-1]
-    after = canonical({k: v for k, v in fields.items() if k > key})[1:-1]
-    return b"{" + b",".join(p for p in (before, canonical(key) + b":" + encoded, after) if p) + b"}"
+class _Members:
+    """The canonical JSON object of a mapping of immutable values by str keys: each member's
+    text is kept with the value it was made from."""
 
+    def __init__(self, encode_value: Callable[[str, Any], Any]) -> None:
+        self._encode_value = encode_value  # (key, value) -> the value's JSON form, plain
+        self._known: dict[str, tuple[Any, bytes]] = {}
 
-def _splice(value: Mapping[str, Any], path: tuple[str, ...], encoded: bytes) -> bytes:
-    """The canonical JSON of ``value`` with the member at ``path`` given already encoded."""
-    key, rest = path[0], path[1:]
-    inner = _splice(value[key], rest, encoded) if rest else encoded
-    return _with_member({k: v for k, v in value.items() if k != key}, key, inner)
+    def encode(self, mapping: Mapping[str, Any]) -> bytes:
+        known = self._known
+        self._known = kept = {
+            key: member if (member := known.get(key)) is not None and member[0] is value
+            else self._member(key, value)
+            for key, value in sorted(mapping.items())}
+        return b"{" + b",".join([member for _, member in kept.values()]) + b"}"
+
+    def _member(self, key: str, value: Any) -> tuple[Any, bytes]:
+        return value, canonical(key) + b":" + canonical(self._encode_value(key, value))
 
 
 class LedgerEncoder:
-    """``Ledger.to_dict()`` in canonical JSON: each pod's allocation is kept encoded until the
-    pod changes, and so is the frame around the pods (shared pool, memory, version) until one
-    of the allocations' other fields is a new object."""
+    """``Ledger.to_dict()`` in canonical JSON: each pod's allocation, each NUMA node's memory
+    and each pod's memory blocks are kept encoded until they change; so is the whole memory
+    state, which only a Guaranteed container's arrival or departure changes.
+
+    The frame around them mirrors ``Ledger.to_dict``, ``Allocations.to_dict`` and
+    ``MemoryState.to_dict``; the members come from those methods themselves."""
 
     def __init__(self) -> None:
-        self._pods: dict[str, tuple[PodAllocation, bytes]] = {}
-        self._frame: tuple[tuple[Any, ...], bytes, bytes] | None = None
+        self._pods = _Members(_pod)
+        self._nodes = _Members(lambda n, node: MemoryState(
+            {int(n): node}).to_dict()["machineState"][n])
+        self._entries = _Members(lambda uid, blocks: MemoryState(
+            {}, {uid: blocks}).to_dict()["entries"][uid])
+        self._reusable = _Members(lambda uid, masks: MemoryState(
+            {}, reusable={uid: masks}).to_dict()["reusable"][uid])
+        self._memory: tuple[MemoryState | None, bytes] | None = None
 
     def encode(self, ledger: Ledger) -> Encoded:
         allocations = ledger.allocations
-        pods: dict[str, tuple[PodAllocation, bytes]] = {}
-        for uid in sorted(allocations.pods):
-            pod = allocations.pods[uid]
-            known = self._pods.get(uid)
-            pods[uid] = known if known is not None and known[0] is pod else (pod, _pod(uid, pod))
-        self._pods = pods
-        prefix, suffix = self._frame_of(ledger)
-        return Encoded(prefix + b",".join(member for _, member in pods.values()) + suffix)
+        return Encoded(b"".join((  # one copy of the parts, where ``+`` makes one per step
+            b'{"allocations":{"memory":', self._memory_json(allocations.memory),
+            b',"pods":', self._pods.encode(allocations.pods),
+            b',"shared":"', cpu_list(allocations.shared).encode(), b'"},"version":', _VERSION,
+            b"}")))
 
-    def _frame_of(self, ledger: Ledger) -> tuple[bytes, bytes]:
-        """The ledger's JSON up to the inside of its ``pods`` object, and from its end on."""
-        allocations = ledger.allocations
-        others = tuple(getattr(allocations, f.name) for f in fields(allocations)
-                       if f.name != "pods")
-        frame = self._frame
-        if frame is None or len(frame[0]) != len(others) or any(
-                a is not b for a, b in zip(frame[0], others)):
-            rest = Ledger(ledger.ctx, replace(allocations, pods={})).to_dict()
-            # JSON text never holds a raw NUL byte (json escapes it): a safe place to cut.
-            prefix, suffix = _splice(rest, ("allocations", "pods"), b"{\x00}").split(b"\x00")
-            frame = self._frame = (others, prefix, suffix)
-        return frame[1], frame[2]
+    def _memory_json(self, memory: MemoryState | None) -> bytes:
+        if self._memory is None or self._memory[0] is not memory:
+            text = b"null" if memory is None else (
+                b'{"entries":' + self._entries.encode(memory.blocks)
+                + b',"machineState":' + self._nodes.encode(
+                    {str(n): node for n, node in memory.nodes.items()})
+                + b',"reusable":' + self._reusable.encode(memory.reusable) + b"}")
+            self._memory = (memory, text)
+        return self._memory[1]
 
 
-def _pod(uid: str, pod: PodAllocation) -> bytes:
-    """``"uid":{…}``, the pod's member of the ledger's ``pods`` object."""
-    alone = Allocations(frozenset(), {uid: pod}).to_dict()["pods"][uid]
-    return canonical(uid) + b":" + canonical(alone)
+_VERSION = canonical(LEDGER_VERSION)
+
+
+def _pod(uid: str, pod: PodAllocation) -> Any:
+    """The pod's value in ``Allocations.to_dict()["pods"]``."""
+    return Allocations(frozenset(), {uid: pod}).to_dict()["pods"][uid]
 
 
 class RecordsEncoder:
-    """``records_to_dict`` in canonical JSON. A container record is written as its cpus (the
-    first key in canonical order) and a cached tail holding the rest, so that moving the shared
-    containers to a new pool, which makes new records with the same requests, costs little."""
+    """``records_to_dict`` in canonical JSON. Each record is kept encoded, by its key, with the
+    object it came from; a container record is its cpus (the first key in canonical order)
+    and a tail holding the rest, so that a shared container moved to a new pool (a new record,
+    only its cpus differ) costs its new CPU list."""
 
     def __init__(self) -> None:
-        self._seen: dict[int, tuple[PodRecord | ContainerRecord, bytes]] = {}
-        self._tails: dict[tuple[Any, ...], tuple[ContainerRequest, bytes]] = {}
+        self._pods: dict[str, tuple[PodRecord, bytes]] = {}
+        self._containers: dict[str, tuple[ContainerRecord, bytes, bytes]] = {}
 
     def encode(self, pods: Mapping[str, PodRecord],
                containers: Mapping[str, ContainerRecord]) -> Encoded:
-        seen = {id(p): self._seen.get(id(p)) or (p, canonical(p.to_dict()))
-                for p in pods.values()}
-        tails: dict[tuple[Any, ...], tuple[ContainerRequest, bytes]] = {}
-        for c in containers.values():
-            key = (id(c.request), c.id, c.sandbox_id, c.pod_uid, c.exclusive, c.mems, c.in_ledger)
-            tail = tails[key] = self._tails.get(key) or (c.request, _tail_json(c))
-            seen[id(c)] = self._seen.get(id(c)) or (
-                c, b'{"cpus":"' + cpu_list(c.cpus).encode() + b'",' + tail[1])
-        self._seen, self._tails = seen, tails
-        return Encoded(b'{"containers":[' + b",".join(seen[id(c)][1] for c in containers.values())
-                       + b'],"pods":[' + b",".join(seen[id(p)][1] for p in pods.values()) + b"]}")
+        known_pods, known = self._pods, self._containers
+        self._pods = kept_pods = {
+            key: pod if (pod := known_pods.get(key)) is not None and pod[0] is p
+            else (p, canonical(p.to_dict()))
+            for key, p in pods.items()}
+        self._containers = kept = {
+            key: container if (container := known.get(key)) is not None and container[0] is c
+            else _container(c, container)
+            for key, c in containers.items()}
+        return Encoded(b"".join((
+            b'{"containers":[', b",".join([c[1] for c in kept.values()]),
+            b'],"pods":[', b",".join([p[1] for p in kept_pods.values()]), b"]}")))
 
 
-def _tail_json(record: ContainerRecord) -> bytes:
-    """The canonical JSON of ``record`` after its leading ``{"cpus":"…",``."""
-    fields = record.to_dict()
-    del fields["cpus"]
-    return canonical(fields)[1:]
+def _container(record: ContainerRecord, before: tuple[ContainerRecord, bytes, bytes] | None
+               ) -> tuple[ContainerRecord, bytes, bytes]:
+    """The record, its JSON, and its JSON after ``{"cpus":"…",``; the tail of ``before``,
+    the record's last encoding, when only the cpus changed."""
+    if before is not None and _same_but_cpus(before[0], record):
+        tail = before[2]
+    else:
+        fields = record.to_dict()
+        del fields["cpus"]
+        tail = canonical(fields)[1:]
+    return record, b'{"cpus":"' + cpu_list(record.cpus).encode() + b'",' + tail, tail
+
+
+def _same_but_cpus(a: ContainerRecord, b: ContainerRecord) -> bool:
+    return (a.request is b.request and a.id == b.id and a.sandbox_id == b.sandbox_id
+            and a.pod_uid == b.pod_uid and a.exclusive == b.exclusive and a.mems == b.mems
+            and a.in_ledger == b.in_ledger)

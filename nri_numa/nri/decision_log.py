@@ -1,0 +1,51 @@
+"""The plugin's decision lines: one per placement or refusal, in words for people and with the
+facts as fields for the JSON format (nri_numa.logs).
+
+The fields are built only when the line is written: a plugin logging at warning or above pays
+nothing for them. The words are made from the fields, so each CPU list is formatted once.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from nri_numa.engine.decision import Placement
+from nri_numa.logs import decision_fields, refusal_fields
+from nri_numa.state.checkpoint import PodRecord
+from nri_numa.topology.cpulist import format_list
+
+# The plugin's modules log as one logger, the name its lines have always carried (the JSON
+# format writes it; operators filter on it).
+log = logging.getLogger("nri_numa.nri.plugin")
+
+
+def pod_name(pod: PodRecord) -> str:
+    return f"{pod.namespace}/{pod.name}"
+
+
+def describe(pod: PodRecord, container: str) -> str:
+    return f"pod {pod_name(pod)} container {container}"
+
+
+def placed(pod: PodRecord, policy: str, placement: Placement, container_id: str,
+           event: str = "placed") -> None:
+    """``event``: "placed" for a new container, "adopted" for a running one taken over."""
+    if not log.isEnabledFor(logging.INFO):
+        return
+    fields = decision_fields(event, pod_name(pod), pod.uid, container_id, policy, placement)
+    hint = fields["hint"]
+    log.info("%s %s: policy %s, hint NUMA %s%s, cpus %s (%s), mems %s", event,
+             describe(pod, placement.container), policy,
+             "any" if hint is None else format_list(hint),
+             " (preferred)" if fields["preferred"] else "", fields["cpus"],
+             "exclusive" if placement.exclusive else "shared",
+             "unchanged" if fields["mems"] is None else fields["mems"], extra=fields)
+
+
+def refused(pod: PodRecord, container: str, container_id: str, policy: str | None,
+            reason: str, resource: str | None, text: str) -> None:
+    """A container not admitted: ``text`` is what the runtime is told after the pod's name."""
+    if not log.isEnabledFor(logging.INFO):
+        return
+    log.info("refused %s: %s", describe(pod, container), text, extra=refusal_fields(
+        pod_name(pod), pod.uid, container, container_id, policy, reason, resource, text))

@@ -1,0 +1,117 @@
+"""The plugin's records (nri_numa.nri.records) and its decision lines (nri_numa.nri.decision_log)
+on their own: shared-pool moves, orphans, and no fields built for a line nobody writes."""
+
+from __future__ import annotations
+
+import logging
+
+from nri_numa.engine.config import config_from_mapping
+from nri_numa.engine.context import EngineContext
+from nri_numa.engine.decision import Placement
+from nri_numa.engine.request import PodRequest, container_from_resources
+from nri_numa.nri import decision_log
+from nri_numa.nri.records import Records
+from nri_numa.state.checkpoint import ContainerRecord, PodRecord
+from nri_numa.state.ledger import Ledger
+from nri_numa.topology.cpulist import format_list
+from tests.integration.nri.plugin_env import CONFIG, machine
+
+
+def records() -> Records:
+    return Records(Ledger(EngineContext.build(machine(), config_from_mapping(CONFIG))))
+
+
+def place(r: Records, uid: str, cpu: str) -> ContainerRecord:
+    """A one-container pod admitted and recorded, as the plugin does; ``cpu`` "2" is
+    exclusive, "100m" shared."""
+    pod = r.pod(PodRecord(f"sb-{uid}", uid, "default", uid))
+    limits = {"cpu": cpu, "memory": "1Gi"} if "m" not in cpu else {}
+    request = container_from_resources("app", "app", {"cpu": cpu}, limits)
+    result = r.ledger.admit(PodRequest(uid=uid, namespace="default", name=uid,
+                                       app_containers=(request,)), ["app"])
+    assert result.decision.admitted
+    r.remember(f"ctr-{uid}", pod, request, result.decision.placements[0])
+    return r.containers[f"ctr-{uid}"]
+
+
+def test_shared_updates_move_each_shared_container_with_its_own_id():
+    r = records()
+    place(r, "a", "100m")
+    second = place(r, "b", "100m")
+    place(r, "g", "2")  # the shared pool shrinks: a and b are not on it any more
+    assert r.containers["ctr-a"].cpus != r.shared
+    updates = r.shared_updates(skip="ctr-b")
+    assert [u.container_id for u in updates] == ["ctr-a"]
+    assert updates[0].linux.resources.cpu.cpus == format_list(r.shared)
+    assert updates[0].ignore_failure
+    assert r.containers["ctr-a"].cpus == r.shared
+    assert r.containers["ctr-b"] is second  # skipped: the caller gives it the pool itself
+    assert r.containers["ctr-g"].exclusive and r.containers["ctr-g"].cpus.isdisjoint(r.shared)
+    assert r.shared_updates(skip="ctr-b") == []  # everyone is where the pool is
+
+
+def test_every_update_carries_the_pool_and_its_own_container():
+    r = records()
+    for uid in "abc":
+        place(r, uid, "100m")
+    place(r, "g", "2")
+    updates = r.shared_updates()
+    assert [u.container_id for u in updates] == ["ctr-a", "ctr-b", "ctr-c"]
+    assert {u.linux.resources.cpu.cpus for u in updates} == {format_list(r.shared)}
+    assert all(not u.linux.resources.cpu.mems and u.ignore_failure for u in updates)
+
+
+def test_release_drops_empty_pods_and_ledger_entries_no_record_explains():
+    r = records()
+    place(r, "a", "2")
+    place(r, "b", "100m")
+    # A ledger entry without a record (as a checkpoint from an older agent could hold).
+    orphan = container_from_resources("lost", "app", {"cpu": "1"}, {"cpu": "1", "memory": "1Gi"})
+    assert r.ledger.admit(PodRequest(uid="x", namespace="default", name="x",
+                                     app_containers=(orphan,))).decision.admitted
+    released = r.release(["ctr-a", "ctr-unknown"])
+    assert [c.id for c in released] == ["ctr-a"]
+    assert list(r.pods) == ["sb-b"]
+    assert set(r.ledger.allocations.pods) == {"b"}
+
+
+def test_an_unchanged_pod_keeps_its_record_object():
+    r = records()
+    first = r.pod(PodRecord("sb", "uid", "ns", "p", annotations={"k": "v"}))
+    assert r.pod(PodRecord("sb", "uid", "ns", "p", annotations={"k": "v"})) is first
+    changed = r.pod(PodRecord("sb", "uid", "ns", "p", annotations={"k": "w"}))
+    assert changed is not first and r.pods["sb"] is changed
+
+
+def test_a_snapshot_rolls_everything_back():
+    r = records()
+    place(r, "a", "2")
+    saved = r.snapshot()
+    before = r.ledger.allocations
+    place(r, "b", "2")
+    r.roll_back(saved)
+    assert r.ledger.allocations is before and list(r.containers) == ["ctr-a"]
+    assert list(r.pods) == ["sb-a"]
+
+
+def test_decision_fields_are_not_built_when_info_is_off(monkeypatch, caplog):
+    r = records()
+    record = place(r, "a", "2")
+    pod = r.pods["sb-a"]
+    built = []
+    monkeypatch.setattr(decision_log, "decision_fields",
+                        lambda *a: built.append(a) or {"hint": None, "preferred": False,
+                                                       "cpus": "", "mems": None})
+    placement = _placement(record)
+    with caplog.at_level(logging.WARNING, logger="nri_numa.nri.plugin"):
+        decision_log.placed(pod, "none", placement, record.id)
+        decision_log.refused(pod, "app", record.id, None, "RequestError", None, "bad")
+    assert built == [] and caplog.records == []
+    with caplog.at_level(logging.INFO, logger="nri_numa.nri.plugin"):
+        decision_log.placed(pod, "none", placement, record.id)
+    assert len(built) == 1 and caplog.records[0].getMessage().startswith(
+        "placed pod default/a container app: policy none")
+
+
+def _placement(record: ContainerRecord) -> Placement:
+    return Placement(record.name, record.cpus, record.exclusive, record.mems)
