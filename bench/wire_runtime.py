@@ -17,8 +17,6 @@ import struct
 import time
 from pathlib import Path
 
-from google.protobuf.message import Message
-
 from nri_numa.nri.pb import api_pb2, ttrpc_pb2
 
 FRAME = struct.Struct(">II")
@@ -66,10 +64,6 @@ class WireRuntime:
         self.call("Configure", api_pb2.ConfigureRequest(
             config=config, runtime_name="containerd", runtime_version="2.1.9").SerializeToString())
         self.call("Synchronize", api_pb2.SynchronizeRequest().SerializeToString())
-
-    def call_message(self, method: str, request: Message, reply_type: type[Message]) -> Message:
-        payload, _ = self.call(method, request.SerializeToString())
-        return reply_type.FromString(payload)
 
     def call(self, method: str, payload: bytes) -> tuple[bytes, float]:
         """Sends one call on connection 1; returns the reply payload and the seconds from the

@@ -23,7 +23,6 @@ DEFAULT_SOCKET = "/var/run/nri/nri.sock"
 DEFAULT_STATE_DIR = "/var/lib/nri-numa"
 DEFAULT_NAME = "nri-numa"
 DEFAULT_INDEX = "90"
-DEFAULT_METRICS_ADDRESS = "127.0.0.1:9109"
 DEFAULT_DEV_ROOT = "/dev"
 # How GPUs are given (docs/devices.md): device nodes, CDI names, or CDI where the runtime
 # applies it and a spec names the GPU. The spec dirs are CDI's own defaults.

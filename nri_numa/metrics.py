@@ -34,8 +34,6 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_
 from prometheus_client.core import GaugeMetricFamily, Metric
 
 if TYPE_CHECKING:
-    from wsgiref.simple_server import WSGIServer
-
     from nri_numa.agent_settings import MetricsAddress
     from nri_numa.engine.allocations import Allocations
     from nri_numa.engine.context import EngineContext
@@ -262,10 +260,6 @@ class MetricsServer:
             raise MetricsError(f"metrics address {address}: {e}") from None
         host, port = self._server.server_address[:2]
         self.url = f"http://{f'[{host}]' if ':' in host else host}:{port}/metrics"
-
-    @property
-    def server(self) -> WSGIServer:
-        return self._server
 
     def stop(self) -> None:
         self._server.shutdown()

@@ -18,7 +18,6 @@ from pathlib import Path
 
 from nri_numa.topology.cpulist import ListFormatError, parse_list
 
-DEFAULT_CGROUP_ROOT = Path("/sys/fs/cgroup")
 # Deep enough for /kubepods.slice/kubepods-burstable.slice/<pod>.slice/<container>.scope under a
 # nested root (kind, a container running the node); bounded so a huge tree stays cheap.
 WALK_DEPTH = 8

@@ -25,6 +25,7 @@ from typing import Any
 from nri_numa.engine.allocations import Allocations, AllocationsError
 from nri_numa.engine.memory import MemoryState
 from nri_numa.engine.request import QosClass
+from nri_numa.hook.shared_ledger import PROCESSES_KEY
 from nri_numa.runtime.to_request import qos_from_cgroup_parent
 from nri_numa.state.checkpoint import (FILE_NAME, ContainerRecord, PodRecord, RecordError,
                                        UntrustedCheckpoint, current_boot_id, read_envelope,
@@ -35,7 +36,6 @@ from nri_numa.state.recorded_config import RecordedConfig
 from nri_numa.state_cgroup import CgroupReading, CpusetTree, find_cpuset_tree, locate_all, readings
 from nri_numa.topology.cpulist import format_list
 
-HOOK_PROCESSES = "processes"  # the hook's payload key (nri_numa.hook.shared_ledger)
 
 
 class StateViewError(Exception):
@@ -131,7 +131,7 @@ def read_checkpoint(state_dir: Path, boot_id: str | None = None) -> Checkpoint:
     try:
         allocations = _allocations(payload.get("ledger"))
         pods, containers = records_from_dict(payload.get("records"))
-        hook = _hook_cgroups(payload.get(HOOK_PROCESSES)) if HOOK_PROCESSES in payload else None
+        hook = _hook_cgroups(payload.get(PROCESSES_KEY)) if PROCESSES_KEY in payload else None
         recorded = (RecordedConfig.from_dict(payload[CONFIG_KEY]) if CONFIG_KEY in payload
                     else None)
     except (AllocationsError, RecordError) as e:
@@ -213,12 +213,12 @@ def _allocations(ledger: Any) -> Allocations:
 
 def _hook_cgroups(raw: Any) -> dict[str, str | None]:
     if not isinstance(raw, dict):
-        raise RecordError(f"{HOOK_PROCESSES} must be an object")
+        raise RecordError(f"{PROCESSES_KEY} must be an object")
     cgroups: dict[str, str | None] = {}
     for cid, entry in raw.items():
         cgroup = entry.get("cgroup") if isinstance(entry, dict) else None
         if cgroup is not None and not isinstance(cgroup, str):
-            raise RecordError(f"{HOOK_PROCESSES}[{cid!r}].cgroup must be a string or null")
+            raise RecordError(f"{PROCESSES_KEY}[{cid!r}].cgroup must be a string or null")
         cgroups[cid] = cgroup
     return cgroups
 

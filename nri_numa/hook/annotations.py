@@ -15,16 +15,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from nri_numa.engine.annotations import DEVICES, PREFIX, AnnotationError
-from nri_numa.engine.devices.requested import container_devices
+from nri_numa.engine.annotations import DEVICES, PREFIX
 
 HOOK_ANNOTATION = PREFIX + "hook"
 DEVICES_ANNOTATION = DEVICES
 HOOK_ANNOTATIONS = (HOOK_ANNOTATION, DEVICES_ANNOTATION)
-
-
-class HookAnnotationError(ValueError):
-    """A hook annotation that cannot be read; the message names it and its value."""
 
 
 def engine_annotations(annotations: Mapping[str, str]) -> dict[str, str]:
@@ -33,10 +28,3 @@ def engine_annotations(annotations: Mapping[str, str]) -> dict[str, str]:
     return {k: v for k, v in annotations.items()
             if k.startswith(PREFIX) and k not in HOOK_ANNOTATIONS}
 
-
-def device_request(annotations: Mapping[str, str]) -> dict[str, int]:
-    """``numa.nri.io/devices`` as resource → count, names as written; empty when absent."""
-    try:
-        return container_devices(annotations)
-    except AnnotationError as e:
-        raise HookAnnotationError(str(e)) from None

@@ -14,6 +14,7 @@ from dataclasses import replace
 from nri_numa.engine.annotations import AnnotationError
 from nri_numa.engine.context import EngineContext
 from nri_numa.engine.request import ContainerRequest, PodRequest
+from nri_numa.nri import decision_log
 from nri_numa.nri.decision_log import describe
 from nri_numa.nri.records import Records
 from nri_numa.nri.session import PluginError
@@ -58,6 +59,8 @@ def with_requested_devices(ctx: EngineContext, container: RuntimeContainer, pod:
     try:
         devices = requested_devices(container, ctx.devices, ctx.device_classes)
     except AnnotationError as e:
+        decision_log.refused(pod, request.name, container.id, None, "InvalidAnnotation", None,
+                             f"InvalidAnnotation: {e}")
         raise PluginError(f"nri-numa: InvalidAnnotation: {describe(pod, request.name)}: "
                           f"{e}") from None
     return replace(request, devices=devices) if devices else request

@@ -32,12 +32,12 @@ from nri_numa.inputs import InputFileError, read_config_file, read_topology_file
 from nri_numa.metrics import NO_METRICS, MetricsError, MetricsServer, PluginMetrics
 from nri_numa.nri.pb import api_pb2 as api
 from nri_numa.nri.plugin import NumaPlugin
-from nri_numa.runtime import DeviceGranter, DeviceLocator
-from nri_numa.runtime.cdi import CdiRegistry
 from nri_numa.nri.session import NriSession, SessionClosed
 from nri_numa.nri.wire.ttrpc import TtrpcError
 from nri_numa.podresources import DEFAULT_SOCKET as DEFAULT_POD_RESOURCES_SOCKET
 from nri_numa.podresources.source import hint_source
+from nri_numa.runtime import DeviceGranter, DeviceLocator
+from nri_numa.runtime.cdi import CdiRegistry
 from nri_numa.state.checkpoint import CheckpointError, CheckpointStore, machine_fingerprint
 from nri_numa.topology.model import Topology
 

@@ -34,12 +34,14 @@ def placed(pod: PodRecord, policy: str, placement: Placement, container_id: str,
         return
     fields = decision_fields(event, pod_name(pod), pod.uid, container_id, policy, placement)
     hint = fields["hint"]
-    log.info("%s %s: policy %s, hint NUMA %s%s, cpus %s (%s), mems %s", event,
+    devices = "; ".join(f"{name}={','.join(ids)}" for name, ids in fields["devices"].items())
+    log.info("%s %s: policy %s, hint NUMA %s%s, cpus %s (%s), mems %s%s", event,
              describe(pod, placement.container), policy,
              "any" if hint is None else format_list(hint),
              " (preferred)" if fields["preferred"] else "", fields["cpus"],
              "exclusive" if placement.exclusive else "shared",
-             "unchanged" if fields["mems"] is None else fields["mems"], extra=fields)
+             "unchanged" if fields["mems"] is None else fields["mems"],
+             f", devices {devices}" if devices else "", extra=fields)
 
 
 def refused(pod: PodRecord, container: str, container_id: str, policy: str | None,

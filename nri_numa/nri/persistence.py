@@ -22,6 +22,7 @@ from nri_numa.state.ledger import Ledger, LedgerError
 from nri_numa.state.recorded_config import (PAYLOAD_KEY, RecordedConfig,
                                             checkpoint_config_matches)
 
+
 def recorded(ctx: EngineContext) -> RecordedConfig:
     """The settings a checkpoint's placements depend on."""
     return RecordedConfig.of(ctx.config, ctx.reserved_cpus)

@@ -106,7 +106,7 @@ class NumaPlugin:
             container = self._translate(req.pod, req.container)
             with self._lock, self._transaction():
                 placement = self._admit(container)
-                adjust = self._adjustment(placement)
+                adjust = self._adjustment(placement, container)
                 updates = self._records.shared_updates(skip=container.id)
         return api.CreateContainerResponse(adjust=adjust, update=updates)
 
@@ -176,12 +176,16 @@ class NumaPlugin:
         decision_log.placed(pod, result.decision.policy, placement, container.id)
         return placement
 
-    def _adjustment(self, placement: Placement) -> api.ContainerAdjustment:
+    def _adjustment(self, placement: Placement,
+                    container: RuntimeContainer) -> api.ContainerAdjustment:
         """The container's adjustment; PluginError (undoing the placement) when a device it
         was given cannot be handed over."""
         try:
             grant = self._granter.grant(placement.devices)
         except GrantError as e:
+            pod = self._records.pods[container.pod.id]
+            decision_log.refused(pod, placement.container, container.id, None, "DeviceError",
+                                 None, str(e))
             raise PluginError(f"nri-numa: container {placement.container}: {e}") from None
         if grant.cdi_devices:
             log.info("container %s: devices by CDI name: %s", placement.container,

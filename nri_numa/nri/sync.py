@@ -8,7 +8,6 @@ the cpuset the records expect, where the runtime says it runs elsewhere.
 
 from __future__ import annotations
 
-
 from nri_numa.engine.admit import admit
 from nri_numa.engine.allocations import AllocationsError, ContainerAllocation
 from nri_numa.engine.decision import Placement
@@ -21,6 +20,7 @@ from nri_numa.nri.records import Records
 from nri_numa.runtime import RuntimeContainer
 from nri_numa.state.ledger import Ledger
 from nri_numa.topology.cpulist import format_list
+
 
 def release_missing(records: Records, live_ids: set[str]) -> None:
     """Release the containers the runtime no longer has, and whatever no record explains."""

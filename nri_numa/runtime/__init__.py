@@ -12,6 +12,6 @@ from nri_numa.runtime.to_request import (DeviceLocator, asked_devices, container
 __all__ = [
     "DeviceGranter", "DeviceLocator", "DeviceNode", "Grant", "GrantError", "GrantedNode",
     "RuntimeContainer", "RuntimeInputError", "RuntimePod", "asked_devices", "container_request",
-    "cpu_limit_millicores", "cpu_request_millicores", "page_size_kib", "parse_env", "pod_identity", "pod_qos", "pod_request", "qos_from_cgroup_parent",
-    "requested_devices",
+    "cpu_limit_millicores", "cpu_request_millicores", "page_size_kib", "parse_env",
+    "pod_identity", "pod_qos", "pod_request", "qos_from_cgroup_parent", "requested_devices",
 ]

@@ -167,8 +167,8 @@ class DeviceLocator:
             log.warning("%s", problem)
 
     def _visible_gpus(self, value: str) -> Iterable[Gpu]:
-        # "all" spans every GPU, which says nothing about where to run; MIG ids are left to
-        # the later device work.
+        # "all" spans every GPU, which says nothing about where to run; MIG ids are not mapped
+        # (docs/devices.md, "Not done").
         for item in (v.strip() for v in value.split(",")):
             gpu = self._gpu_by_uuid.get(item) or self._gpu_by_index.get(item)
             if gpu is not None:
@@ -237,10 +237,10 @@ def pod_qos(pod: RuntimePod) -> QosClass | None:
 
 def container_request(container: RuntimeContainer, qos: QosClass | None,
                       device_hints: Mapping[str, frozenset[int]] | None = None,
-                      devices: Mapping[str, int] | None = None) -> ContainerRequest:
+                      ) -> ContainerRequest:
     """The engine's view of one container (always an app container: runtimes do not say which
-    containers are init containers; see docs/nri-plugin.md). ``devices``: what it asks for by
-    its own annotation (``requested_devices``)."""
+    containers are init containers; see docs/nri-plugin.md). The devices it asks for by
+    annotation are added by the caller (``requested_devices``)."""
     cpu_limit = cpu_limit_millicores(container.cpu_quota, container.cpu_period)
     memory_limit = _positive(container.memory_limit)
     if qos is None:
@@ -259,7 +259,7 @@ def container_request(container: RuntimeContainer, qos: QosClass | None,
         name=container.name, cpu_request=cpu_request, cpu_limit=cpu_limit,
         memory_request=memory_request, memory_limit=memory_limit,
         hugepages_requests=pages, hugepages_limits=pages,
-        devices=dict(devices or {}), device_numa_hints=dict(device_hints or {}))
+        device_numa_hints=dict(device_hints or {}))
 
 
 def pod_identity(pod: RuntimePod) -> tuple[str, str, str]:

@@ -77,7 +77,8 @@ def _shown(value: str) -> str:
     return repr(value) if value else '""'
 
 
-def refuse_change(path: Path, changes: list[str], containers: int) -> ConfigChangedError:
+def refuse_change(path: Path | str, changes: list[str],
+                  containers: int) -> ConfigChangedError:
     """The error for a configuration change under live placements: what changed, and how to
     drain."""
     held = f"{containers} container{'s' if containers != 1 else ''}"

@@ -97,3 +97,13 @@ def test_a_misspelt_section_is_named_as_such():
         config_document("nriNUMA:\n  logFormat: json\n", "c.yaml")
     with pytest.raises(InputFileError, match="unknown key 'bogus'"):  # the engine's own error
         config_document("bogus: 1\n", "c.yaml")
+
+
+def test_the_light_copies_of_names_match_their_owners():
+    # Repeated so that the CLI need not import the runtime layer, nor inputs the settings.
+    from nri_numa import agent_settings, inputs
+    from nri_numa.runtime import cdi
+
+    assert agent_settings.DEVICE_INJECTIONS == cdi.INJECTION_MODES
+    assert agent_settings.DEFAULT_CDI_SPEC_DIRS == cdi.DEFAULT_SPEC_DIRS
+    assert inputs.SETTINGS_KEY == agent_settings.SECTION

@@ -46,3 +46,27 @@ def test_a_refusal_is_one_line_with_its_reason(caplog):
     assert entry["policy"] == "single-numa-node"
     assert entry["detail"].startswith("TopologyAffinityError: container app: Resources cannot")
     assert entry["msg"] == f"refused pod default/big container app: {entry['detail']}"
+
+
+def test_a_placement_with_a_device_names_it_in_words_and_fields(caplog):
+    plugin = new_plugin()
+    g = msg.pod("g")
+    c = msg.guaranteed(g, "app", cpus=1)
+    c.annotations["numa.nri.io/devices"] = "nvidia.com/gpu=1"
+    with caplog.at_level(logging.INFO):
+        create(plugin, g, c)
+    [entry] = decisions(caplog)
+    [gpu] = entry["devices"]["nvidia.com/gpu"]
+    assert entry["msg"].endswith(f", devices nvidia.com/gpu={gpu}")
+
+
+def test_a_bad_device_annotation_is_one_refusal_line(caplog):
+    plugin = new_plugin()
+    g = msg.pod("g")
+    c = msg.guaranteed(g, "app", cpus=1)
+    c.annotations["numa.nri.io/devices"] = "nvidia.com/gpu=two"
+    with caplog.at_level(logging.INFO), pytest.raises(PluginError, match="InvalidAnnotation"):
+        create(plugin, g, c)
+    [entry] = decisions(caplog)
+    assert entry["event"] == "refused" and entry["reason"] == "InvalidAnnotation"
+    assert entry["msg"].startswith("refused pod default/g container app: InvalidAnnotation: ")

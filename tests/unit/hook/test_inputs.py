@@ -9,7 +9,7 @@ import os
 
 import pytest
 
-from nri_numa.hook.annotations import (HookAnnotationError, device_request, engine_annotations)
+from nri_numa.hook.annotations import engine_annotations
 from nri_numa.hook.cgroup import CgroupError, checked_path
 from nri_numa.hook.oci import (MAX_INPUT_BYTES, HookInputError, parse_state, read_input,
                                read_spec)
@@ -66,20 +66,6 @@ def test_stdin_size_is_bounded():
 
 
 # --- the hook's annotations --------------------------------------------------------------------
-
-
-def test_device_request():
-    assert device_request({}) == {}
-    assert device_request({"numa.nri.io/devices": "nvidia.com/gpu=2"}) == {"nvidia.com/gpu": 2}
-    assert device_request({"numa.nri.io/devices": " a.io/x=1 , b.io/y=3 "}) == {"a.io/x": 1,
-                                                                                "b.io/y": 3}
-
-
-@pytest.mark.parametrize("value", ["nvidia.com/gpu", "nvidia.com/gpu=0", "=2", "x=-1", "x=two",
-                                   "x=1,x=2"])
-def test_bad_device_requests_are_named(value):
-    with pytest.raises(HookAnnotationError, match="numa.nri.io/devices"):
-        device_request({"numa.nri.io/devices": value})
 
 
 def test_the_engine_sees_only_the_overrides():

@@ -101,7 +101,8 @@ def test_decision_fields_are_not_built_when_info_is_off(monkeypatch, caplog):
     built = []
     monkeypatch.setattr(decision_log, "decision_fields",
                         lambda *a: built.append(a) or {"hint": None, "preferred": False,
-                                                       "cpus": "", "mems": None})
+                                                       "cpus": "", "mems": None,
+                                                       "devices": {}})
     placement = _placement(record)
     with caplog.at_level(logging.WARNING, logger="nri_numa.nri.plugin"):
         decision_log.placed(pod, "none", placement, record.id)
