@@ -21,8 +21,10 @@ Run from the repository root:
 (b) ``pods``: pod start time (RunPodSandbox -> CreateContainer -> StartContainer, through CRI)
     on private containerd 1.7.24 and 2.1.9 (tests/e2e harness; root), with the plugin
     (`nri-numa run`, a real process) connected and without it, in blocks of five pods ordered
-    with, without, without, with ... so that drift cancels. Every pod is Guaranteed with one CPU
-    and is removed before the next. Target: median with the plugin <= +5 % of without.
+    with, without, without, with ... so that drift cancels; the first pod after each switch is
+    not timed (the agent is a new process at each connect: its start-up is not a pod's). Every
+    pod is Guaranteed with one CPU and is removed before the next. Target: median with the
+    plugin <= +5 % of without.
 
 Prints medians, p99 and ratios with PASS/FAIL; exits 1 when a target is missed.
 """
