@@ -292,14 +292,34 @@ def bench_pods(args: argparse.Namespace) -> bool:
     for version, with_plugin, without in measure_pod_starts(args.pods, args.block):
         med_with, med_without = statistics.median(with_plugin), statistics.median(without)
         ratio = med_with / med_without - 1
-        passed = ratio <= POD_START_TARGET
-        ok &= passed
+        low, high = median_ratio_interval(with_plugin, without)
+        # A shared 2-CPU VM moves one pod-start median by several per cent: the verdict is
+        # taken on the 95 % interval of the ratio, and says so when the noise is wider than
+        # the target instead of calling a coin toss.
+        if high <= POD_START_TARGET:
+            verdict = "PASS"
+        elif low > POD_START_TARGET:
+            verdict = "FAIL"
+        else:
+            verdict = "INCONCLUSIVE (noise wider than the target: more --pods, a quieter machine)"
+        ok &= verdict != "FAIL"
         print(f"pod start on containerd {version} ({len(with_plugin)} pods each way): with the "
               f"plugin median {med_with:.1f} ms p99 {percentile(with_plugin, 0.99):.1f} ms; "
               f"without median {med_without:.1f} ms p99 {percentile(without, 0.99):.1f} ms; "
-              f"median ratio {ratio:+.1%}  target <= +{POD_START_TARGET:.0%}: "
-              f"{'PASS' if passed else 'FAIL'}")
+              f"median ratio {ratio:+.1%} (95 % interval {low:+.1%} to {high:+.1%})  "
+              f"target <= +{POD_START_TARGET:.0%}: {verdict}")
     return ok
+
+
+def median_ratio_interval(a: list[float], b: list[float], resamples: int = 2000,
+                          seed: int = 0) -> tuple[float, float]:
+    """The 2.5th and 97.5th percentiles of median(a)/median(b) - 1 over bootstrap resamples
+    of each side (seeded: the same samples give the same interval)."""
+    rng = random.Random(seed)
+    ratios = sorted(statistics.median(rng.choices(a, k=len(a)))
+                    / statistics.median(rng.choices(b, k=len(b))) - 1
+                    for _ in range(resamples))
+    return ratios[int(0.025 * resamples)], ratios[int(0.975 * resamples) - 1]
 
 
 def main() -> int:
