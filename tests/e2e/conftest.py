@@ -19,6 +19,7 @@ from tests.e2e.harness.runtimes import RUNTIME_VERSIONS, Runtimes, RuntimesUnava
 from tests.e2e.harness.timing import StepTimes
 
 LOG_LINES_ON_FAILURE = 80
+E2E_REQUIRED_ENV = "NRI_NUMA_E2E_REQUIRED"
 _STEP_TIMES = StepTimes()
 
 
@@ -88,9 +89,15 @@ def cri_client(containerd: ContainerdDaemon, cgroup_layout: CgroupLayout) -> Ite
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]):  # noqa: ANN201
-    """On failure, attach the tail of the containerd log the test used."""
+    """On failure, attach the tail of the containerd log the test used. Where the e2e tests must
+    run (``NRI_NUMA_E2E_REQUIRED=1``, set by .ci/run), a skip is a failure with its reason: a
+    skipped end-to-end test proves nothing and must not pass as green."""
     outcome = yield
     report = outcome.get_result()
+    if report.skipped and os.environ.get(E2E_REQUIRED_ENV) == "1":
+        reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else report.longrepr
+        report.outcome = "failed"
+        report.longrepr = f"skipped, but {E2E_REQUIRED_ENV}=1 says it must run here: {reason}"
     daemon = getattr(item, "funcargs", {}).get("containerd")
     if report.failed and isinstance(daemon, ContainerdDaemon):
         report.sections.append(
