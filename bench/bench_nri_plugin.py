@@ -192,6 +192,15 @@ def plugin_process(kind: str, folder: Path, sock: Path, args: argparse.Namespace
             "--state-dir", str(folder / "state"), "--log-file", str(folder / "plugin.log")]
 
 
+def wait_or_kill(child: subprocess.Popen) -> None:
+    """Wait for a child sent SIGTERM; SIGKILL it once 10 s pass without an exit."""
+    try:
+        child.wait(10)
+    except subprocess.TimeoutExpired:
+        child.kill()
+        child.wait()
+
+
 def measure_process(kind: str, folder: Path, args: argparse.Namespace) -> Figures:
     """CreateContainer through the wire to a plugin process of its own."""
     runtime = WireRuntime(folder / "nri.sock")
@@ -208,11 +217,7 @@ def measure_process(kind: str, folder: Path, args: argparse.Namespace) -> Figure
     finally:
         child.terminate()
         runtime.close()
-        try:
-            child.wait(10)
-        except subprocess.TimeoutExpired:
-            child.kill()
-            child.wait()
+        wait_or_kill(child)
     if kind != "empty" and placed != len(samples):
         raise RuntimeError(f"nri-numa gave a cpuset to {placed} of {len(samples)} containers")
     return Figures.of(samples)

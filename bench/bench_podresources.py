@@ -41,7 +41,7 @@ from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
-from bench.bench_nri_plugin import REPO, Figures
+from bench.bench_nri_plugin import REPO, Figures, wait_or_kill
 from nri_numa.engine.config import config_from_mapping
 from nri_numa.nri.pb import api_pb2 as api
 from nri_numa.nri.plugin import NumaPlugin
@@ -97,11 +97,7 @@ def fake_kubelet(folder: Path, name: str, state: dict) -> Iterator[str]:
         yield str(sock)
     finally:
         child.terminate()
-        try:
-            child.wait(10)
-        except subprocess.TimeoutExpired:
-            child.kill()
-            child.wait()
+        wait_or_kill(child)
 
 
 def timed(call: Callable[[int], object], calls: int) -> list[float]:

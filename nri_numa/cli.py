@@ -257,6 +257,16 @@ def cmd_hook(args: argparse.Namespace) -> int:
     return run(options, sys.stdin.buffer, sys.stdout, sys.stderr)
 
 
+def _add_hook_input_options(p: argparse.ArgumentParser) -> None:
+    """--config and --topology, one definition for the hook and its daemon, which must be
+    given the same files."""
+    p.add_argument("--config", metavar="FILE",
+                   help="KubeletConfiguration keys in YAML or JSON (default: every policy none)")
+    p.add_argument("--topology", metavar="FILE",
+                   help="a topology captured with `nri-numa topology --json` (default: discover "
+                        "once and keep it in the state folder)")
+
+
 def _add_hook_parser(sub: argparse._SubParsersAction) -> None:
     # Defaults live in nri_numa.hook.entry.HookOptions, loaded only when a hook runs; the help
     # texts repeat them and a test keeps the two in step.
@@ -271,11 +281,7 @@ def _add_hook_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("stage", choices=("createRuntime", "prestart", "poststop", "precreate"))
     p.add_argument("--state-dir", metavar="DIR",
                    help="the ledger all hook processes share (default /run/nri-numa)")
-    p.add_argument("--config", metavar="FILE",
-                   help="KubeletConfiguration keys in YAML or JSON (default: every policy none)")
-    p.add_argument("--topology", metavar="FILE",
-                   help="a topology captured with `nri-numa topology --json` (default: discover "
-                        "once and keep it in the state folder)")
+    _add_hook_input_options(p)
     p.add_argument("--log-file", metavar="FILE",
                    help="where each run is logged (default <state-dir>/hook.log)")
     p.add_argument("--timeout", type=float, metavar="SECONDS",
@@ -312,11 +318,7 @@ def _add_hook_daemon_parser(sub: argparse._SubParsersAction) -> None:
                                    "the --config and --topology the hooks are given.")
     p.add_argument("--state-dir", metavar="DIR",
                    help="the hooks' state folder, which holds the socket (default /run/nri-numa)")
-    p.add_argument("--config", metavar="FILE",
-                   help="KubeletConfiguration keys in YAML or JSON (default: every policy none)")
-    p.add_argument("--topology", metavar="FILE",
-                   help="a topology captured with `nri-numa topology --json` (default: discover "
-                        "once and keep it in the state folder)")
+    _add_hook_input_options(p)
     p.add_argument("--log-file", metavar="FILE",
                    help="where the daemon and each run log (default <state-dir>/hook.log)")
     p.set_defaults(func=cmd_hook_daemon)

@@ -13,7 +13,7 @@ from nri_numa.engine.devices import device_id_key
 from nri_numa.engine.hints import Hint
 from nri_numa.simulate import Simulation, Step, StepKind
 from nri_numa.topology.cpulist import format_list
-from nri_numa.topology.render import gib
+from nri_numa.topology.render import align, gib
 
 _HEADER = ("STEP", "POD", "CONTAINER", "QOS", "RESULT", "CPUS", "CPU MODE", "MEMS", "DEVICES",
            "HINT", "REASON")
@@ -132,8 +132,3 @@ def device_names(ctx: EngineContext) -> dict[str, str]:
 
 def _cpus(cpus: frozenset[int]) -> str:
     return f"{format_list(cpus) or '-'} ({len(cpus)} CPUs)"
-
-
-def align(rows: list[tuple[str, ...]]) -> list[str]:
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    return ["  ".join(cell.ljust(w) for cell, w in zip(r, widths)).rstrip() for r in rows]

@@ -8,6 +8,7 @@ from typing import Any
 from nri_numa.engine.quantity import format_binary
 from nri_numa.state_view import ContainerView, MemoryHeld, StateView, age
 from nri_numa.topology.cpulist import format_list
+from nri_numa.topology.render import align
 
 _HEADER = ("POD", "CONTAINER", "ID", "QOS", "CPUSET", "CPUS", "MEMS", "MEMORY", "DEVICES",
            "CGROUP")
@@ -25,11 +26,11 @@ def render_text(view: StateView, now: float | None = None) -> str:
     lines += [f"note: {note}" for note in view.notes]
     lines.append("")
     if view.containers:
-        lines += _align([_HEADER, *(_row(c) for c in view.containers)])
+        lines += align([_HEADER, *(_row(c) for c in view.containers)])
     else:
         lines.append("no containers placed")
     if view.node_memory:
-        lines += ["", *_align([("NODE", "RESOURCE", "HELD", "ALLOCATABLE"),
+        lines += ["", *align([("NODE", "RESOURCE", "HELD", "ALLOCATABLE"),
                                *((str(m.node), m.resource, format_binary(m.reserved),
                                   format_binary(m.allocatable)) for m in view.node_memory)])]
     lines.append("")
@@ -145,8 +146,3 @@ def _tree(view: StateView) -> str:
 
 def _cpus(cpus: frozenset[int]) -> str:
     return format_list(cpus) or "none"
-
-
-def _align(rows: list[tuple[str, ...]]) -> list[str]:
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    return ["  ".join(cell.ljust(w) for cell, w in zip(r, widths)).rstrip() for r in rows]

@@ -37,7 +37,6 @@ from nri_numa.state_cgroup import CgroupReading, CpusetTree, find_cpuset_tree, l
 from nri_numa.topology.cpulist import format_list
 
 
-
 class StateViewError(Exception):
     """The state cannot be shown: missing, unreadable or untrusted. One line, says why."""
 

@@ -27,6 +27,8 @@ from functools import cached_property
 from types import MappingProxyType
 from typing import Any
 
+from nri_numa.engine.policy.options import (DEFAULT_MAX_ALLOWABLE_NUMA_NODES,
+                                            MAX_ALLOWABLE_NUMA_NODES, PREFER_CLOSEST_NUMA_NODES)
 from nri_numa.engine.quantity import MAX_INT64, QuantityError, resource_amount
 from nri_numa.engine.request import RequestError, hugepage_size_kib
 from nri_numa.topology.cpulist import ListFormatError, format_list, parse_list
@@ -76,9 +78,9 @@ class MemoryManagerPolicy(StrEnum):
     STATIC = "Static"
 
 
-PREFER_CLOSEST = "prefer-closest-numa-nodes"
-MAX_ALLOWABLE = "max-allowable-numa-nodes"
-KUBELET_MIN_ALLOWABLE = 8
+PREFER_CLOSEST = PREFER_CLOSEST_NUMA_NODES
+MAX_ALLOWABLE = MAX_ALLOWABLE_NUMA_NODES
+KUBELET_MIN_ALLOWABLE = DEFAULT_MAX_ALLOWABLE_NUMA_NODES  # the kubelet's default is its minimum
 TOPOLOGY_OPTIONS = (PREFER_CLOSEST, MAX_ALLOWABLE)
 
 

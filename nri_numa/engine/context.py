@@ -144,8 +144,7 @@ class EngineContext:
     def device_classes(self) -> Mapping[str, tuple[str, ...]]:
         """Class names an annotation may use → the resources they stand for (``nic`` → every
         ``pci/`` resource of the machine's NICs)."""
-        nics = tuple(sorted(n for n in nic_resources(self.topology) if n in self.devices))
-        return MappingProxyType({NIC_CLASS: nics})
+        return MappingProxyType({NIC_CLASS: tuple(sorted(self._nic_resource_names))})
 
     def device_order(self, name: str) -> tuple[int, str]:
         """Allocation order of a container's resources: GPUs first, so that its NICs can be

@@ -28,11 +28,9 @@ from typing import Any
 
 from nri_numa.hook import entry
 from nri_numa.hook.client import SOCKET_NAME, ProtocolError, read_line
-from nri_numa.hook.machine import Machine, MachineError, load_machine
-from nri_numa.topology.cpulist import ListFormatError, parse_list
+from nri_numa.hook.machine import Machine, MachineError, load_machine, online_cpus
 
 REQUEST_READ_TIMEOUT_S = 2.0  # a client sends its request at once; a silent one is dropped
-ONLINE_CPUS = Path("/sys/devices/system/cpu/online")
 
 log = logging.getLogger("nri_numa.hook.daemon")
 
@@ -73,7 +71,7 @@ class MachineKeeper:
                 raise MachineError(f"the hook daemon serves {what} {served or '(none)'}, this "
                                    f"hook asks for {asked or '(none)'}; give both the same")
         if self.options.topology_file is None \
-                and _online_cpus() not in (None, self.machine.topology.online_cpus):
+                and online_cpus() not in (None, self.machine.topology.online_cpus):
             log.info("the online CPUs changed: loading the machine again")
             self.machine = self._load()
         return self.machine
@@ -256,10 +254,3 @@ def _log_to(path: Path) -> None:
     log.addHandler(handler)
     log.setLevel(logging.INFO)
     log.propagate = False  # the runs log through entry's handler; this one is the daemon's
-
-
-def _online_cpus() -> frozenset[int] | None:
-    try:
-        return parse_list(ONLINE_CPUS.read_text())
-    except (OSError, ListFormatError):
-        return None

@@ -63,7 +63,7 @@ def load_config(path: Path | None) -> EngineConfig:
 def cached_topology(state_dir: Path, sysfs_root: Path = Path("/")) -> Topology:
     """The kept discovery when the online CPUs still match it; else discover and keep."""
     cache = state_dir / TOPOLOGY_CACHE
-    online = _online_cpus(sysfs_root)
+    online = online_cpus(sysfs_root)
     try:
         topology = Topology.from_json(cache.read_text())
     except (OSError, TopologyFormatError):
@@ -84,7 +84,8 @@ def _read_topology(path: Path) -> Topology:
         raise MachineError(str(e)) from None
 
 
-def _online_cpus(sysfs_root: Path) -> frozenset[int] | None:
+def online_cpus(sysfs_root: Path = Path("/")) -> frozenset[int] | None:
+    """The kernel's list of online CPUs; None when it cannot be read."""
     try:
         return parse_list((sysfs_root / ONLINE_CPUS).read_text())
     except (OSError, ListFormatError):

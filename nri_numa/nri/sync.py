@@ -24,9 +24,11 @@ from nri_numa.topology.cpulist import format_list
 
 def release_missing(records: Records, live_ids: set[str]) -> None:
     """Release the containers the runtime no longer has, and whatever no record explains."""
-    for record in records.release([cid for cid in records.containers if cid not in live_ids]):
+    released = records.release([cid for cid in records.containers if cid not in live_ids])
+    for record in released:
         log.info("container %s (%s) is gone: released", record.name, record.id)
-    records.drop_orphans()
+    if not released:  # release() has dropped them already
+        records.drop_orphans()
 
 
 def adopt(records: Records, reader: RequestReader, container: RuntimeContainer) -> None:

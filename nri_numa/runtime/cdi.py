@@ -234,20 +234,29 @@ def device_node(node: CdiNode) -> DeviceNode | None:
     host's node (as CDI fills them in); None when neither says (a missing host node, a fifo)."""
     kind, major, minor = node.type, node.major, node.minor
     if kind is None or major is None or minor is None:
-        try:
-            st = os.stat(node.host_path)
-        except OSError:
+        host = host_device(node.host_path)
+        if host is None:
             return None
-        host_kind = ("c" if stat.S_ISCHR(st.st_mode) else
-                     "b" if stat.S_ISBLK(st.st_mode) else None)
-        if host_kind is None:
-            return None
-        kind = kind or host_kind
-        major = os.major(st.st_rdev) if major is None else major
-        minor = os.minor(st.st_rdev) if minor is None else minor
+        kind = kind or host[0]
+        major = host[1] if major is None else major
+        minor = host[2] if minor is None else minor
     if kind == "p":
         return None
     return DeviceNode(node.path, kind, major, minor)
+
+
+def host_device(path: str | Path) -> tuple[str, int, int] | None:
+    """(type, major, minor) of the host's device node at ``path``: ``c`` or ``b``; None when
+    it is absent or not a device node."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    if stat.S_ISCHR(st.st_mode):
+        return "c", os.major(st.st_rdev), os.minor(st.st_rdev)
+    if stat.S_ISBLK(st.st_mode):
+        return "b", os.major(st.st_rdev), os.minor(st.st_rdev)
+    return None
 
 
 # --- the spec dirs -------------------------------------------------------------------------

@@ -29,7 +29,6 @@ for them).
 from __future__ import annotations
 
 import os
-import stat
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,7 +36,8 @@ from types import MappingProxyType
 
 from nri_numa.engine.context import GPU_RESOURCE
 from nri_numa.engine.devices.requested import PCI_PREFIX
-from nri_numa.runtime.cdi import AUTO, CDI, INJECTION_MODES, NODES, CdiRegistry, runtime_applies_cdi
+from nri_numa.runtime.cdi import (AUTO, CDI, INJECTION_MODES, NODES, CdiRegistry, host_device,
+                                  runtime_applies_cdi)
 from nri_numa.topology.model import Gpu, Topology
 from nri_numa.topology.nvidia_proc import driver_minors
 
@@ -124,10 +124,11 @@ class DeviceGranter:
         cdi_devices: tuple[str, ...] = ()
         gpus = tuple(devices.get(GPU_RESOURCE, ()))
         if gpus:
-            cdi_devices = self._gpu_cdi_names(gpus)
-        if gpus and not cdi_devices:
-            nodes += self._gpu_nodes(gpus)
-            env[NVIDIA_VISIBLE_DEVICES] = ",".join(gpus)
+            minors = self.gpu_minors()  # may read /proc/driver/nvidia: once per grant
+            cdi_devices = self._gpu_cdi_names(gpus, minors)
+            if not cdi_devices:
+                nodes += self._gpu_nodes(gpus, minors)
+                env[NVIDIA_VISIBLE_DEVICES] = ",".join(gpus)
         nics = [a for name, ids in sorted(devices.items()) if name.startswith(PCI_PREFIX)
                 for a in ids]
         if nics:
@@ -137,17 +138,15 @@ class DeviceGranter:
 
     # --- GPUs --------------------------------------------------------------------------------
 
-    def _gpu_cdi_names(self, uuids: tuple[str, ...]) -> tuple[str, ...]:
+    def _gpu_cdi_names(self, uuids: tuple[str, ...],
+                       minors: Mapping[str, int]) -> tuple[str, ...]:
         """The GPUs' CDI names when they go by CDI; () for device nodes."""
         if self._injection == NODES or (self._injection == AUTO
                                         and not self._runtime_applies_cdi):
             return ()
-        minors = self.gpu_minors()
         names = []
         for uuid in uuids:
-            gpu = self._gpus.get(uuid)
-            if gpu is None:
-                raise GrantError(f"GPU {uuid} is not a GPU of this machine")
+            gpu = self._gpu(uuid)
             name = self._cdi.gpu_device_name(uuid, gpu.index, minors.get(uuid))
             if name is None:
                 if self._injection == AUTO:
@@ -160,13 +159,11 @@ class DeviceGranter:
             names.append(name)
         return tuple(names)
 
-    def _gpu_nodes(self, uuids: tuple[str, ...]) -> list[GrantedNode]:
-        minors = self.gpu_minors()
+    def _gpu_nodes(self, uuids: tuple[str, ...],
+                   minors: Mapping[str, int]) -> list[GrantedNode]:
         nodes = []
         for uuid in uuids:
-            gpu = self._gpus.get(uuid)
-            if gpu is None:
-                raise GrantError(f"GPU {uuid} is not a GPU of this machine")
+            gpu = self._gpu(uuid)
             minor = minors.get(uuid)
             if minor is None:
                 raise GrantError(f"GPU {uuid} ({gpu.pci_address}): its /dev/nvidia<minor> is "
@@ -177,6 +174,12 @@ class DeviceGranter:
                                                               minor))
         nodes += [n for n in map(self._host_node, NVIDIA_SHARED_NODES) if n is not None]
         return nodes
+
+    def _gpu(self, uuid: str) -> Gpu:
+        gpu = self._gpus.get(uuid)
+        if gpu is None:
+            raise GrantError(f"GPU {uuid} is not a GPU of this machine")
+        return gpu
 
     def gpu_minors(self) -> dict[str, int]:
         return gpu_minors(self._topology, self._root)
@@ -218,17 +221,8 @@ class DeviceGranter:
     def _host_node(self, name: str) -> GrantedNode | None:
         """``/dev/<name>`` as the host has it (its real type and numbers); None when absent
         or not a device node."""
-        try:
-            st = os.stat(self._dev / name)
-        except OSError:
-            return None
-        if stat.S_ISCHR(st.st_mode):
-            kind = "c"
-        elif stat.S_ISBLK(st.st_mode):
-            kind = "b"
-        else:
-            return None
-        return GrantedNode(f"/dev/{name}", kind, os.major(st.st_rdev), os.minor(st.st_rdev))
+        host = host_device(self._dev / name)
+        return None if host is None else GrantedNode(f"/dev/{name}", *host)
 
 
 def gpu_minors(topology: Topology, root: str | Path = "/") -> dict[str, int]:

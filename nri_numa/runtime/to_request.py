@@ -37,6 +37,7 @@ from nri_numa.runtime.cdi import (ALL_DEVICES, NVIDIA_GPU_KIND, CdiName, CdiRegi
 from nri_numa.runtime.container import DeviceNode, RuntimeContainer, RuntimePod
 from nri_numa.runtime.device_grant import NVIDIA_MAJOR, NVIDIA_VISIBLE_DEVICES, gpus_by_minor
 from nri_numa.topology.model import Gpu, Topology
+from nri_numa.topology.sysfs_read import pci_address_of
 
 log = logging.getLogger(__name__)
 
@@ -53,7 +54,6 @@ _QOS_BY_WORD = {"": QosClass.GUARANTEED, "burstable": QosClass.BURSTABLE,
 # dashes become underscores in unit names).
 _SYSTEMD_POD = re.compile(r"kubepods(?:-(burstable|besteffort))?-pod[0-9A-Za-z_]+\.slice")
 _CGROUPFS_POD = re.compile(r"pod[0-9A-Za-z_-]+")
-_PCI_ADDRESS = re.compile(r"[0-9a-f]{4,8}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]")
 _NVIDIA_NODE = re.compile(r"/dev/nvidia(\d+)")
 
 
@@ -195,11 +195,9 @@ class DeviceLocator:
             target = os.path.realpath(link, strict=True)
         except OSError:
             return None
-        for part in reversed(Path(target).parts):
-            if _PCI_ADDRESS.fullmatch(part):
-                pci = self._topology.pci(part)
-                return None if pci is None else pci.numa_node
-        return None
+        address = pci_address_of(target)
+        pci = None if address is None else self._topology.pci(address)
+        return None if pci is None else pci.numa_node
 
 
 def _add(hints: dict[str, set[int]], name: str, node: int | None) -> None:

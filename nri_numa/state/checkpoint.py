@@ -219,7 +219,7 @@ class CheckpointStore:
                         e.strerror)
 
     def _remove_stale_temps(self) -> None:
-        # Left by a kill between mkstemp and rename; never the live file.
+        # Left by a kill between creating the temp file and the rename; never the live file.
         if self.dir.is_dir():
             for temp in self.dir.glob(_TEMP_PREFIX + "*"):
                 _unlink_quietly(temp)

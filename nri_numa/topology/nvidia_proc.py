@@ -17,14 +17,14 @@ work the same way.
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
 
+from nri_numa.topology.sysfs_read import PCI_ADDRESS
+
 GPUS_DIR = "proc/driver/nvidia/gpus"
-_PCI_ADDRESS = re.compile(r"[0-9a-f]{4,8}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]")
 _MAX_FILE = 64 * 1024  # the real file is a few hundred bytes
 
 
@@ -66,7 +66,7 @@ def read_driver_gpus(root: str | Path = "/") -> Mapping[str, DriverGpu]:
     gpus: dict[str, DriverGpu] = {}
     for name in names:
         address = name.lower()
-        if not _PCI_ADDRESS.fullmatch(address):
+        if not PCI_ADDRESS.fullmatch(address):
             continue
         try:
             with open(folder / name / "information", encoding="utf-8", errors="replace") as f:

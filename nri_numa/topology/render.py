@@ -155,10 +155,11 @@ def render_table(topology: Topology) -> str:
     unknown = len(devices.by_node.get(None, []))
     footer = [f"{unknown} PCI devices of unknown NUMA locality"] if unknown else []
     footer += [f"warning: {w}" for w in topology.warnings]
-    return "\n".join(_align(rows) + footer)
+    return "\n".join(align(rows) + footer)
 
 
-def _align(rows: Iterable[tuple[str, ...]]) -> list[str]:
+def align(rows: Iterable[tuple[str, ...]]) -> list[str]:
+    """Rows as lines of left-aligned columns two spaces apart, trailing blanks cut."""
     rows = list(rows)
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     return ["  ".join(cell.ljust(w) for cell, w in zip(r, widths)).rstrip() for r in rows]

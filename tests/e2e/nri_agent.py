@@ -153,12 +153,16 @@ def require_two_cpus() -> None:
 
 
 @contextmanager
-def agent_on(socket: Path, tmp_path: Path) -> Iterator[Agent]:
-    """An agent (not started) for ``socket``; stopped afterwards, with its log printed, which
-    pytest shows only when the test failed."""
+def agent_on(socket: Path, tmp_path: Path, topology: Topology | None = None,
+             extra_args: tuple[str, ...] = ()) -> Iterator[Agent]:
+    """An agent (not started) for ``socket``, on ``topology`` (``--topology``) when given;
+    stopped afterwards, with its log printed, which pytest shows only when the test failed."""
     require_two_cpus()
     folder = Path(tempfile.mkdtemp(prefix="agent-", dir=tmp_path))
-    made = Agent(socket, folder)
+    if topology is not None:
+        (folder / "topology.json").write_text(topology.to_json())
+        extra_args = ("--topology", str(folder / "topology.json"), *extra_args)
+    made = Agent(socket, folder, extra_args=extra_args)
     try:
         yield made
     finally:

@@ -34,17 +34,16 @@ from pathlib import Path
 import grpc
 import pytest
 
-from nri_numa.topology.model import Cpu, Gpu, NumaNode, PciDevice, Topology
 from tests.e2e.harness.cgroups import CgroupLayout
 from tests.e2e.harness.containerd import ContainerdDaemon
 from tests.e2e.harness.cri import CriClient, Pod
 from tests.e2e.harness.image import BuiltImage, import_image
 from tests.e2e.harness.runtimes import RUNTIME_VERSIONS, Runtimes
 from tests.e2e.harness.timing import StepTimes
-from tests.e2e.nri_agent import (GUARANTEED_1, Agent, cgroup_cpus, require_two_cpus, spec_cpus,
+from tests.e2e.nri_agent import (GUARANTEED_1, Agent, agent_on, cgroup_cpus, spec_cpus,
                                  start_and_connect)
-from tests.e2e.test_nri_devices import (EXCLUSIVE_CPU_NODE, GPU_MINOR, GPU_PCI, GPU_UUID,
-                                        OTHER_NODE, AnnotatedPod, spec_of)
+from tests.e2e.test_nri_devices import (EXCLUSIVE_CPU_NODE, GPU_MINOR, GPU_UUID, OTHER_NODE,
+                                        AnnotatedPod, spec_of, vm_on_two_nodes)
 
 pytestmark = pytest.mark.e2e
 GPU_NODE = f"/dev/nvidia{GPU_MINOR}"
@@ -84,34 +83,16 @@ def containerd(request: pytest.FixtureRequest, runtimes: Runtimes, busybox_image
         assert not problems, f"containerd {version} clean-up left: {problems}"
 
 
-def topology(gpu_node: int) -> Topology:
-    """This VM's two CPUs on two synthetic nodes (CPU 1, the exclusive one, on node 0) and the
-    fake GPU on ``gpu_node``."""
-    cpus = (Cpu(0, OTHER_NODE, core=0, socket=0), Cpu(1, EXCLUSIVE_CPU_NODE, core=1, socket=0))
-    nodes = tuple(NumaNode(n, frozenset({1 - n}), 1 << 30, distances={n: 10, 1 - n: 21})
-                  for n in (0, 1))
-    pci = (PciDevice(GPU_PCI, gpu_node, 0x030200, 0x10DE, 0x2330),)
-    gpu = Gpu(0, GPU_UUID, GPU_PCI, gpu_node, minor=GPU_MINOR)
-    return Topology(cpus=cpus, numa_nodes=nodes, pci_devices=pci, gpus=(gpu,))
-
-
 @contextmanager
 def cdi_agent(containerd: ContainerdDaemon, tmp_path: Path, gpu_node: int) -> Iterator[Agent]:
-    require_two_cpus()
-    folder = Path(tempfile.mkdtemp(prefix="agent-", dir=tmp_path))
-    (folder / "topology.json").write_text(topology(gpu_node).to_json())
-    (folder / "dev").mkdir()  # empty: raw nodes would carry NVIDIA's major, 195
+    """An agent on this VM's CPUs with the fake GPU on ``gpu_node``, started and connected."""
+    dev = Path(tempfile.mkdtemp(prefix="dev-", dir=tmp_path))  # empty: raw nodes would be 195:7
     assert containerd.cdi_spec_dirs is not None
-    agent = Agent(containerd.paths.nri_socket, folder, extra_args=(
-        "--topology", str(folder / "topology.json"), "--dev-root", str(folder / "dev"),
-        "--device-injection", "auto", "--cdi-spec-dirs", ",".join(containerd.cdi_spec_dirs)))
-    try:
+    with agent_on(containerd.paths.nri_socket, tmp_path, vm_on_two_nodes(gpu_node), (
+            "--dev-root", str(dev), "--device-injection", "auto",
+            "--cdi-spec-dirs", ",".join(containerd.cdi_spec_dirs))) as agent:
         start_and_connect(containerd, agent)
         yield agent
-    finally:
-        status = agent.stop()
-        print(f"--- nri-numa log ({agent.log}), exit status {status} ---")
-        print("\n".join(agent.log_text().splitlines()[-150:]))
 
 
 def test_a_gpu_goes_by_cdi_name_where_containerd_applies_it(

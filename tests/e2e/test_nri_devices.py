@@ -40,7 +40,7 @@ from tests.e2e.harness.cgroups import CgroupLayout
 from tests.e2e.harness.containerd import ContainerdDaemon
 from tests.e2e.harness.cri import CriClient, Pod, Resources
 from tests.e2e.harness.image import BuiltImage
-from tests.e2e.nri_agent import (GUARANTEED_1, Agent, cgroup_cpus, require_two_cpus, spec_cpus,
+from tests.e2e.nri_agent import (GUARANTEED_1, Agent, agent_on, cgroup_cpus, spec_cpus,
                                  start_and_connect)
 
 pytestmark = pytest.mark.e2e
@@ -80,33 +80,30 @@ def host_block_device_with_pci() -> HostDevice:
                          "(/sys/dev/block/*): the test needs one")
 
 
-def overlay_topology(device_pci: str, device_node: int) -> Topology:
-    """This VM's two CPUs on two synthetic nodes, the real PCI function on ``device_node``, and
-    a fake GPU on the exclusive CPU's node."""
+def vm_on_two_nodes(gpu_node: int, *pci: PciDevice) -> Topology:
+    """This VM's two CPUs on two synthetic nodes (CPU 1, the exclusive one, on node 0), the
+    given PCI functions, and the fake GPU on ``gpu_node``."""
     cpus = (Cpu(0, OTHER_NODE, core=0, socket=0), Cpu(1, EXCLUSIVE_CPU_NODE, core=1, socket=0))
     nodes = tuple(NumaNode(n, frozenset({1 - n}), 1 << 30, distances={n: 10, 1 - n: 21})
                   for n in (0, 1))
-    pci = (PciDevice(device_pci, device_node, 0x010000, 0x1AF4, 0x1001),
-           PciDevice(GPU_PCI, EXCLUSIVE_CPU_NODE, 0x030200, 0x10DE, 0x2330))
-    gpu = Gpu(0, GPU_UUID, GPU_PCI, EXCLUSIVE_CPU_NODE, minor=GPU_MINOR)
-    return Topology(cpus=cpus, numa_nodes=nodes, pci_devices=pci, gpus=(gpu,))
+    gpu_pci = PciDevice(GPU_PCI, gpu_node, 0x030200, 0x10DE, 0x2330)
+    gpu = Gpu(0, GPU_UUID, GPU_PCI, gpu_node, minor=GPU_MINOR)
+    return Topology(cpus=cpus, numa_nodes=nodes, pci_devices=(*pci, gpu_pci), gpus=(gpu,))
+
+
+def overlay_topology(device_pci: str, device_node: int) -> Topology:
+    """The real PCI function on ``device_node``, the fake GPU on the exclusive CPU's node."""
+    return vm_on_two_nodes(EXCLUSIVE_CPU_NODE,
+                           PciDevice(device_pci, device_node, 0x010000, 0x1AF4, 0x1001))
 
 
 @contextmanager
 def overlay_agent(containerd: ContainerdDaemon, tmp_path: Path, topology: Topology,
                   dev_root: Path) -> Iterator[Agent]:
-    require_two_cpus()
-    folder = Path(tempfile.mkdtemp(prefix="agent-", dir=tmp_path))
-    (folder / "topology.json").write_text(topology.to_json())
-    agent = Agent(containerd.paths.nri_socket, folder, extra_args=(
-        "--topology", str(folder / "topology.json"), "--dev-root", str(dev_root)))
-    try:
+    with agent_on(containerd.paths.nri_socket, tmp_path, topology,
+                  ("--dev-root", str(dev_root))) as agent:
         start_and_connect(containerd, agent)
         yield agent
-    finally:
-        status = agent.stop()
-        print(f"--- nri-numa log ({agent.log}), exit status {status} ---")
-        print("\n".join(agent.log_text().splitlines()[-150:]))
 
 
 @dataclass(frozen=True)

@@ -37,11 +37,11 @@ from nri_numa.topology.synthetic import (
     preset_topology,
     write_tree,
 )
+from nri_numa.topology.synthetic.spec import GIB
 from nri_numa.topology.synthetic.sysfs_writer import kernel_mask
 
 CPU = "sys/devices/system/cpu"
 NODE = "sys/devices/system/node"
-GIB = 1 << 30
 
 # Everything awkward at once: sparse node ids, CPU-less and memoryless nodes, offline CPUs
 # (cpu0 among them), isolated CPUs, adjacent SMT pairs, SR-IOV, NVLink bridges across sockets.

@@ -101,8 +101,6 @@ def test_nul_in_the_middle_is_garbage(root):
 
 
 def test_binary_package_id_falls_back_to_lowest_cpu(root):
-    write(root, f"{CPU}/cpu4/topology/physical_package_id", "\xff\xfe")
-    os.truncate(root / CPU / "cpu4/topology/physical_package_id", 2)
     (root / CPU / "cpu4/topology/physical_package_id").write_bytes(b"\xff\xfe")
     cpus, nodes, warnings = read(root)
     assert only(warnings).startswith(f"{root}/{CPU}/cpu4/topology/physical_package_id is not text")

@@ -26,8 +26,7 @@ from nri_numa.topology.synthetic import (
     gpu_uuid,
     preset_topology,
 )
-
-GIB = 1 << 30
+from nri_numa.topology.synthetic.spec import GIB
 
 
 def small(**changes) -> MachineSpec:

@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from nri_numa.topology.model import Cpu, Gpu, HugePages, Nic, NumaNode, PciDevice, Topology, pcie_level
+from nri_numa.topology.nvml import NVSWITCH_CLASS
 from nri_numa.topology.synthetic.spec import (
     HUGEPAGE_SIZES_KIB,
     MachineSpec,
@@ -182,7 +183,6 @@ _ROOT_PORT = (0x8086, 0x352A)  # a Xeon root port
 _SWITCH_PORT = (0x1000, 0xC030)  # a Broadcom PEX89000 PCIe switch, both port kinds
 _NVIDIA = 0x10DE
 _GPU_CLASS = 0x030200
-_NVSWITCH_CLASS = 0x068000
 _MELLANOX = 0x15B3
 _MLX5_VF = 0x101E  # every ConnectX generation's VF
 _NIC_CLASS = {NicKind.ETHERNET: 0x020000, NicKind.INFINIBAND: 0x020700}
@@ -299,7 +299,7 @@ def build_devices(spec: MachineSpec, node_cpus: Mapping[int, frozenset[int]]
         placed_nics.append(pci.nic(rp_nic.nic, pci.root_port(rp_nic.node, next(hosts))))
     for nvswitch in spec.nvswitches:
         slot = pci.root_port(nvswitch.node, next(hosts))
-        pci.add(slot, 0, _NVSWITCH_CLASS, (_NVIDIA, nvswitch.device), "nvidia-nvswitch")
+        pci.add(slot, 0, NVSWITCH_CLASS, (_NVIDIA, nvswitch.device), "nvidia-nvswitch")
     nics = _nics(placed_nics)
     gpus = _gpus(spec, gpu_addresses, pci.devices)
     return tuple(pci.devices.values()), nics, gpus

@@ -18,11 +18,11 @@ from pathlib import Path
 from nri_numa.topology.cpulist import format_list
 from nri_numa.topology.discover import FAKE_NVML_FILE
 from nri_numa.topology.model import Cpu, NumaNode, PciDevice, Topology
+from nri_numa.topology.sysfs_read import PCI_ADDRESS
 
 _KERNEL_MAX = 8191  # NR_CPUS - 1 of distribution kernels
 _DEFAULT_HUGEPAGE_KIB = 2048  # the size the HugePages_* lines of meminfo count
 _L1D, _L1I, _L2, _L3_PER_CORE = "48K", "32K", "2048K", 2048  # KiB
-_PCI_ADDRESS = re.compile(r"[0-9a-f]{4,8}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]")
 _HOST_BRIDGE = re.compile(r"pci[0-9a-f]{4,8}:[0-9a-f]{2}")
 _SAFE_NAME = re.compile(r"[^/\x00]{1,64}")
 _INFINIBAND_CLASS = 0x0207
@@ -61,7 +61,7 @@ def _check(topology: Topology) -> None:
             raise WriteTreeError(f"PCI device {d.address}: host bridge {d.host_bridge!r} is not a "
                                  f"name like pci0000:00")
         for address in (d.address, *d.bridges, *d.virtfns, *([d.physfn] if d.physfn else [])):
-            if not _PCI_ADDRESS.fullmatch(address):
+            if not PCI_ADDRESS.fullmatch(address):
                 raise WriteTreeError(f"PCI device {d.address}: {address!r} is not a PCI address "
                                      f"like 0000:1b:00.0")
         if d.driver is not None and not _SAFE_NAME.fullmatch(d.driver):

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from nri_numa.runtime.cdi import (CdiName, CdiNameError, CdiNode, CdiRegistry, SpecError,
-                                  annotation_names, device_node, parse_name, read_spec,
-                                  runtime_applies_cdi)
+                                  annotation_names, device_node, host_device, parse_name,
+                                  read_spec, runtime_applies_cdi)
 
 UUID = "GPU-4a1b2c3d-0000-1111-2222-333344445555"
 
@@ -175,6 +175,16 @@ def test_device_node_takes_numbers_from_the_spec_else_from_the_host_node(tmp_pat
     host_file.write_text("")
     assert device_node(CdiNode("/dev/x", str(host_file))) is None  # not a device node
     assert device_node(CdiNode("/dev/fifo", "/x", "p", 0, 0)) is None
+
+
+def test_host_device_reads_char_and_block_nodes_only(tmp_path):
+    os.mknod(tmp_path / "char", 0o600 | stat.S_IFCHR, os.makedev(1, 3))
+    os.mknod(tmp_path / "block", 0o600 | stat.S_IFBLK, os.makedev(8, 16))
+    os.mkfifo(tmp_path / "fifo")
+    assert host_device(tmp_path / "char") == ("c", 1, 3)
+    assert host_device(str(tmp_path / "block")) == ("b", 8, 16)
+    assert host_device(tmp_path / "fifo") is None
+    assert host_device(tmp_path / "absent") is None
 
 
 def _node(path, kind, major, minor):
