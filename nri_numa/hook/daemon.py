@@ -126,6 +126,8 @@ def answer(line: bytes, options: DaemonOptions, machine: MachineKeeper) -> dict[
 
 def serve(options: DaemonOptions) -> None:
     """Serve until SIGTERM or SIGINT; a run under way is finished first."""
+    # Handlers first: a SIGTERM while the daemon starts up ends it cleanly, not by default action.
+    stopping = _StopFlag()
     _log_to(options.log_file or options.state_dir / entry.LOG_NAME)
     try:
         machine = MachineKeeper(options)
@@ -133,7 +135,6 @@ def serve(options: DaemonOptions) -> None:
         raise DaemonError(str(e)) from None
     listener = _listen(options.socket_path)
     inode = options.socket_path.stat().st_ino
-    stopping = _StopFlag()
     log.info("hook daemon %d listening on %s", os.getpid(), options.socket_path)
     try:
         while not stopping.requested:

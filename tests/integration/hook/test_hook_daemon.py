@@ -38,8 +38,11 @@ def setup(tmp_path):
 def start_daemon(served: list[str], state: Path) -> subprocess.Popen:
     daemon = subprocess.Popen([sys.executable, "-m", "nri_numa", "hook-daemon", *served],
                               cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    # A stale socket may already be there: wait for this daemon's own word that it listens.
+    listening = f"hook daemon {daemon.pid} listening on"
+    log = state / LOG_NAME
     deadline = time.monotonic() + 20
-    while not (state / SOCKET_NAME).exists():
+    while not (log.exists() and listening in log.read_text()):
         assert daemon.poll() is None, daemon.communicate()
         assert time.monotonic() < deadline, "the daemon never listened"
         time.sleep(0.02)
@@ -133,6 +136,7 @@ def test_a_killed_daemon_fails_hooks_closed_then_they_run_in_process(setup, daem
     try:
         assert hook("poststop", args, oci_state("late", None, host.base)).returncode == 0
         assert "late" not in exclusive_cpus(host, state)
+        assert f"hook[{again.pid}] poststop:" in (state / LOG_NAME).read_text()
     finally:
         again.send_signal(signal.SIGTERM)
         again.communicate(timeout=10)
