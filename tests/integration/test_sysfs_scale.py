@@ -1,14 +1,13 @@
 """A 1024-CPU machine: discovery stays fast because it reads each group's files once.
 
 2 sockets x 256 cores x 2 threads, 4 NUMA nodes per socket, one L3 per 8 cores, 64 PCI
-functions (32 root ports with a NIC each). The time bound is loose for a shared, loaded test
-machine; the read counts are the exact statement of the design.
+functions (32 root ports with a NIC each). The read counts are the exact statement of the
+design; the time it takes is measured by `python -m bench.bench_discovery`, not here.
 """
 
 from __future__ import annotations
 
 import os
-import time
 from collections import Counter
 from pathlib import Path
 
@@ -23,7 +22,6 @@ BIG = Machine(sockets=2, cores_per_socket=256, threads=2, nodes_per_socket=4, co
 PORTS = [Function(f"pci0000:{b:02x}/0000:{b:02x}:01.0", class_code=0x060400, driver="pcieport")
          for b in range(0, 0x40, 2)]
 NICS = [Function(f"{port.path}/0000:{b + 1:02x}:00.0") for b, port in zip(range(0, 0x40, 2), PORTS)]
-BUDGET_S = 0.300
 
 
 @pytest.fixture(scope="module")
@@ -55,12 +53,6 @@ def test_the_big_machine_is_read_right(big):
     assert cpus[700].core == 700 - 512 and cpus[700].numa == BIG.node_of(700)
 
 
-def test_discovery_is_fast(big):
-    discover(big)  # warm the page cache and the imports
-    best = min(_timed(discover, big) for _ in range(3))
-    assert best <= BUDGET_S, f"discovery of 1024 CPUs took {best * 1000:.0f} ms"
-
-
 def test_each_group_file_is_read_once(big, monkeypatch):
     opened: Counter[str] = Counter()
     real_open = os.open
@@ -79,9 +71,3 @@ def test_each_group_file_is_read_once(big, monkeypatch):
     assert by_name["shared_cpu_list"] == 64  # once per L3
     assert by_name["cpulist"] == by_name["meminfo"] == by_name["distance"] == 8
     assert sum(by_name.values()) < 2000
-
-
-def _timed(function, *args) -> float:
-    start = time.perf_counter()
-    function(*args)
-    return time.perf_counter() - start

@@ -37,7 +37,7 @@ def test_cpuset_ids_beyond_any_kernel_are_refused_before_expanding(text: str) ->
     began = time.monotonic()
     with pytest.raises(RuntimeInputError, match=f"cpus: .* names ids above {MAX_CPUSET_ID}"):
         parse_cpuset(text, "cpus")
-    assert time.monotonic() - began < 0.1
+    assert time.monotonic() - began < 1.0  # expanding 2**32 ids would take minutes
 
 
 @pytest.mark.parametrize("text, ids", [("", None), (" ", None), ("0-3,8", {0, 1, 2, 3, 8}),

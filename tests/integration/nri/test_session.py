@@ -319,12 +319,12 @@ def test_concurrent_update_containers_keep_stream_ids_odd_and_increasing(started
 
 
 def test_update_containers_keeps_its_deadline(started) -> None:
-    runtime, running, _ = started(update_failures=lambda req: time.sleep(0.6) or [])
+    runtime, running, _ = started(update_failures=lambda req: time.sleep(2.0) or [])
     started_at = time.monotonic()
     with pytest.raises(TtrpcError) as raised:
         running.session.update_containers([], timeout=0.2)
     assert raised.value.code == Code.DEADLINE_EXCEEDED
-    assert time.monotonic() - started_at < 0.5
+    assert time.monotonic() - started_at < 1.5
 
 
 def test_update_containers_before_registration_and_after_close(started) -> None:

@@ -100,14 +100,14 @@ def test_a_missing_socket_is_unavailable(scratch: Path) -> None:
 
 
 def test_a_hanging_kubelet_costs_one_deadline(kubelet: FakeKubelet) -> None:
-    kubelet.state = state(delay=1.0)
+    kubelet.state = state(delay=2.0)
     with PodResourcesClient(str(kubelet.socket_path), timeout_s=0.1) as client:
         start = time.monotonic()
         with pytest.raises(PodResourcesError) as raised:
             client.list()
         took = time.monotonic() - start
     assert raised.value.code is grpc.StatusCode.DEADLINE_EXCEEDED
-    assert 0.09 <= took < 0.5
+    assert 0.09 <= took < 1.5
 
 
 def test_garbage_replies_are_an_error_not_a_crash(kubelet: FakeKubelet) -> None:
@@ -193,22 +193,22 @@ def test_the_socket_appearing_later_is_used(scratch: Path) -> None:
 def test_a_hanging_kubelet_costs_one_budget_then_is_left_alone(kubelet: FakeKubelet, caplog) -> None:
     caplog.set_level(logging.DEBUG, logger="nri_numa.podresources.source")
     now = [0.0]
-    kubelet.state = state(delay=1.0)
+    kubelet.state = state(delay=2.0)
     hints = source(kubelet.socket_path, budget_s=0.1, quiet_after_failure_s=10,
                    clock=lambda: now[0] + time.monotonic())
     start = time.monotonic()
     assert hints("ml", "trainer", "main") == {}
-    assert time.monotonic() - start < 0.5
+    assert time.monotonic() - start < 1.5
     for _ in range(20):  # a Synchronize adopting many containers: no further waits
         assert hints("ml", "trainer", "main") == {}
-    assert time.monotonic() - start < 0.5
+    assert time.monotonic() - start < 1.5
     assert kubelet.calls == ["Get"]
     warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
     assert len(warnings) == 1 and "DEADLINE_EXCEEDED" in warnings[0].getMessage()
     # Later the kubelet answers again: hints come back, and the log says so once.
     kubelet.state = state()
     now[0] += 11
-    time.sleep(1.0)  # let the hung handler finish so the fake serves promptly
+    time.sleep(2.0)  # let the hung handler finish so the fake serves promptly
     assert hints("ml", "trainer", "main") == {GPU: {1}}
     assert any("answers again" in r.getMessage() for r in caplog.records)
 
