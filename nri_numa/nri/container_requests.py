@@ -8,11 +8,12 @@ as the plugin knows it: its managed containers in creation order, then this one.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 
 from nri_numa.engine.annotations import AnnotationError
 from nri_numa.engine.context import EngineContext
+from nri_numa.engine.devices import Resource
 from nri_numa.engine.request import ContainerRequest, PodRequest
 from nri_numa.nri import decision_log
 from nri_numa.nri.decision_log import describe
@@ -43,6 +44,11 @@ class RequestReader:
             **self._kubelet_hints(namespace, name, container.name)})
         records.forget_stale(pod, request.name, container.id)
         return pod, request
+
+    def held_devices(self, container: RuntimeContainer,
+                     resources: Mapping[str, Resource]) -> dict[str, frozenset[str]]:
+        """The container's devices that are devices of ``resources``, by resource."""
+        return self._locator.held_devices(container, resources)
 
 
 def pod_as_known(records: Records, container: RuntimeContainer,

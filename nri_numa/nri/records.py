@@ -81,12 +81,12 @@ class Records:
             placement.exclusive, placement.mems)
 
     def remember_unplaced(self, container_id: str, pod: PodRecord, request: ContainerRequest,
-                          cpus: frozenset[int]) -> None:
-        """A running container that did not fit: not in the ledger, it follows the shared
-        pool."""
+                          cpus: frozenset[int], in_ledger: bool = False) -> None:
+        """A running container that did not fit: it follows the shared pool, and is in the
+        ledger only for the devices it holds."""
         self.containers[container_id] = ContainerRecord(
             container_id, pod.sandbox_id, pod.uid, request, cpus, exclusive=False,
-            in_ledger=False)
+            in_ledger=in_ledger)
 
     # --- what goes ----------------------------------------------------------------------------
 

@@ -2,22 +2,28 @@
 
 Containers gone while the plugin was away are released. Running containers the plugin does not
 know are adopted: kept on their CPUs when those are exclusive-worthy and free, else placed, and
-one that does not fit only follows the shared pool. Then every managed container is put back on
+one that does not fit only follows the shared pool; the devices nri-numa gave them (asked for by
+annotation) stay theirs. Then every managed container is put back on
 the cpuset the records expect, where the runtime says it runs elsewhere.
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from nri_numa.engine.admit import admit
-from nri_numa.engine.allocations import AllocationsError, ContainerAllocation
+from nri_numa.engine.allocations import Allocations, AllocationsError, ContainerAllocation
+from nri_numa.engine.annotations import AnnotationError
 from nri_numa.engine.decision import Placement
+from nri_numa.engine.devices import sorted_ids
+from nri_numa.engine.devices.requested import with_annotated_devices
 from nri_numa.engine.request import ContainerRequest, PodRequest, RequestError, guaranteed_cpus
 from nri_numa.nri import decision_log, translate
 from nri_numa.nri.container_requests import RequestReader, pod_as_known
 from nri_numa.nri.decision_log import log
 from nri_numa.nri.pb import api_pb2 as api
 from nri_numa.nri.records import Records
-from nri_numa.runtime import RuntimeContainer
+from nri_numa.runtime import RuntimeContainer, requested_devices
 from nri_numa.state.ledger import Ledger
 from nri_numa.topology.cpulist import format_list
 
@@ -33,32 +39,92 @@ def release_missing(records: Records, live_ids: set[str]) -> None:
 
 def adopt(records: Records, reader: RequestReader, container: RuntimeContainer) -> None:
     """A running container we did not place: keep its CPUs when they are already
-    exclusive and free, else place it; one that does not fit only follows the shared pool."""
+    exclusive and free, else place it; one that does not fit only follows the shared pool.
+    Either way the devices it was given for its ``numa.nri.io/devices`` request stay its own
+    (``held_devices``), so they are not handed to another container."""
     pod, request = reader.read(container, records)
+    request = _with_own_devices(records, container, request)
     pod_req = pod_as_known(records, container, request)
-    placement = _adopt_in_place(records, pod_req, request, container.cpuset_cpus)
+    held = _held_devices(records, reader, container, pod_req, request.name)
+    placement = _adopt_in_place(records, pod_req, request, container.cpuset_cpus, held)
     if placement is not None:
         log.info("adopted %s on its own CPUs %s", decision_log.describe(pod, request.name),
                  format_list(placement.cpus))
         records.remember(container.id, pod, request, placement)
         return
+    ctx = records.ledger.ctx
+    seeded = _seeded(records.ledger.allocations, pod_req.uid, request.name, frozenset(), held)
     try:
-        result = records.ledger.admit(pod_req, [request.name])
+        result = admit(ctx, seeded, pod_req, [request.name])
         reason = result.decision.rejection and result.decision.rejection.message
     except (RequestError, ValueError) as e:
         reason = str(e)
     if reason:
         log.warning("running %s does not fit (%s); it stays in the shared pool",
                     decision_log.describe(pod, request.name), reason)
-        records.remember_unplaced(container.id, pod, request, container.cpuset_cpus or frozenset())
+        if held:  # its devices stay held even so
+            records.ledger = Ledger(ctx, seeded)
+        records.remember_unplaced(container.id, pod, request, container.cpuset_cpus or frozenset(),
+                                  in_ledger=bool(held))
         return
+    records.ledger = Ledger(ctx, result.allocations)
     placement = result.decision.placements[0]
     decision_log.placed(pod, result.decision.policy, placement, container.id, "adopted")
     records.remember(container.id, pod, request, placement)
 
 
+def _with_own_devices(records: Records, container: RuntimeContainer,
+                      request: ContainerRequest) -> ContainerRequest:
+    """The request with the devices of the container's own annotation; a bad one, which the
+    container was created with before nri-numa saw it, is logged and left out."""
+    ctx = records.ledger.ctx
+    try:
+        devices = requested_devices(container, ctx.devices, ctx.device_classes)
+    except AnnotationError as e:
+        log.warning("running container %s (%s): %s; not used", container.name, container.id, e)
+        return request
+    return replace(request, devices=devices) if devices else request
+
+
+def _held_devices(records: Records, reader: RequestReader, container: RuntimeContainer,
+                  pod: PodRequest, name: str) -> dict[str, tuple[str, ...]]:
+    """The devices the container has for the resources it asks nri-numa for, when it has
+    exactly as many as it asks for and no other pod holds them; else the engine chooses."""
+    ctx, allocs = records.ledger.ctx, records.ledger.allocations
+    try:
+        asked = with_annotated_devices(pod, ctx.devices, ctx.device_classes).container(
+            name).devices
+    except AnnotationError:
+        return {}  # the engine refuses the request with the reason
+    held = {}
+    for resource, ids in sorted(reader.held_devices(container, ctx.devices).items()):
+        count = asked.get(resource, 0)
+        if not count:
+            continue  # given by someone else (a device plugin): not ours to hold
+        taken = ids & allocs.devices_in_use(resource, except_pod=pod.uid)
+        if len(ids) != count or taken:
+            log.warning("running container %s (%s) has %s %s and asks for %d%s: %s chosen anew",
+                        container.name, container.id, resource, ", ".join(sorted_ids(ids)),
+                        count, f"; {', '.join(sorted_ids(taken))} held by another pod"
+                        if taken else "", resource)
+            continue
+        held[resource] = tuple(sorted_ids(ids))
+    return held
+
+
+def _seeded(allocs: Allocations, pod_uid: str, name: str, cpus: frozenset[int],
+            devices: dict[str, tuple[str, ...]]) -> Allocations:
+    """``allocs`` with the container already holding ``cpus`` and ``devices``: the engine then
+    checks them against the policy and places the rest around them."""
+    if not cpus and not devices:
+        return allocs
+    held = allocs.pod(pod_uid).with_container(name, ContainerAllocation(cpus, devices))
+    return allocs.with_pod(pod_uid, held).with_shared(allocs.shared - cpus)
+
+
 def _adopt_in_place(records: Records, pod: PodRequest, request: ContainerRequest,
-                    cpus: frozenset[int] | None) -> Placement | None:
+                    cpus: frozenset[int] | None,
+                    devices: dict[str, tuple[str, ...]]) -> Placement | None:
     """Admit a Guaranteed container on the CPUs it runs on, when they are as many as it
     asks for, all free and none reserved; None when it cannot stay where it is."""
     ctx, allocs = records.ledger.ctx, records.ledger.allocations
@@ -66,11 +132,8 @@ def _adopt_in_place(records: Records, pod: PodRequest, request: ContainerRequest
     if (not count or not cpus or len(cpus) != count or not cpus < allocs.shared
             or cpus & ctx.reserved_cpus):
         return None
-    # Seeded as already held, the engine checks the CPUs against the policy and places
-    # memory and devices around them instead of picking new CPUs.
-    held = allocs.pod(pod.uid).with_container(request.name, ContainerAllocation(cpus))
-    seeded = allocs.with_pod(pod.uid, held).with_shared(allocs.shared - cpus)
-    result = admit(ctx, seeded, pod, [request.name])
+    result = admit(ctx, _seeded(allocs, pod.uid, request.name, cpus, devices), pod,
+                   [request.name])
     if not result.decision.admitted:
         return None
     try:

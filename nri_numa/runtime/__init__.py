@@ -4,7 +4,8 @@ engine's requests. Nothing here knows NRI or the OCI hook; both use it."""
 from nri_numa.runtime.container import (DeviceNode, RuntimeContainer, RuntimeInputError,
                                         RuntimePod, page_size_kib, parse_env)
 from nri_numa.runtime.device_grant import DeviceGranter, Grant, GrantedNode, GrantError
-from nri_numa.runtime.to_request import (DeviceLocator, asked_devices, container_request,
+from nri_numa.runtime.device_locator import DeviceLocator
+from nri_numa.runtime.to_request import (asked_devices, container_request,
                                          cpu_limit_millicores, cpu_request_millicores,
                                          pod_identity, pod_qos, pod_request,
                                          qos_from_cgroup_parent, requested_devices)

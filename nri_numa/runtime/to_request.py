@@ -14,32 +14,22 @@ pod spec, so each request is read back from it (docs/real-runtimes.md):
 * **CPU limit** from quota/period, **memory limit** as is; hugepage limits are also the
   requests (hugepages cannot be overcommitted). Kubernetes does not pass the memory request to
   the runtime; only Guaranteed pods (request = limit) need it, for the Memory Manager.
-* **Devices** the container already has become NUMA hints, so CPUs and memory follow them;
-  devices it asks for by annotation become its device request (docs/devices.md).
+* **Devices** the container already has become NUMA hints (``device_locator``), so CPUs and
+  memory follow them; devices it asks for by annotation become its device request
+  (docs/devices.md).
 """
 
 from __future__ import annotations
 
-import logging
-import os
 import re
-from collections.abc import Iterable, Mapping, Sequence
-from pathlib import Path
+from collections.abc import Mapping, Sequence
 
 from nri_numa.engine.annotations import DEVICES
-from nri_numa.engine.context import GPU_RESOURCE
 from nri_numa.engine.devices import Resource
 from nri_numa.engine.devices.requested import (container_devices, pod_devices_for,
                                                resolve_devices)
 from nri_numa.engine.request import ContainerRequest, PodRequest, QosClass
-from nri_numa.runtime.cdi import (ALL_DEVICES, NVIDIA_GPU_KIND, CdiName, CdiRegistry,
-                                  annotation_names, device_node)
-from nri_numa.runtime.container import DeviceNode, RuntimeContainer, RuntimePod
-from nri_numa.runtime.device_grant import NVIDIA_MAJOR, NVIDIA_VISIBLE_DEVICES, gpus_by_minor
-from nri_numa.topology.model import Gpu, Topology
-from nri_numa.topology.sysfs_read import pci_address_of
-
-log = logging.getLogger(__name__)
+from nri_numa.runtime.container import RuntimeContainer, RuntimePod
 
 MIN_SHARES = 2  # the kubelet's floor: what a container without a CPU request gets
 DEFAULT_NAMESPACE = "default"
@@ -54,7 +44,6 @@ _QOS_BY_WORD = {"": QosClass.GUARANTEED, "burstable": QosClass.BURSTABLE,
 # dashes become underscores in unit names).
 _SYSTEMD_POD = re.compile(r"kubepods(?:-(burstable|besteffort))?-pod[0-9A-Za-z_]+\.slice")
 _CGROUPFS_POD = re.compile(r"pod[0-9A-Za-z_-]+")
-_NVIDIA_NODE = re.compile(r"/dev/nvidia(\d+)")
 
 
 def qos_from_cgroup_parent(parent: str) -> QosClass | None:
@@ -96,113 +85,6 @@ def _positive(value: int | None) -> int:
 
 
 # --- devices -------------------------------------------------------------------------------
-
-
-class DeviceLocator:
-    """Finds the NUMA node of a container's devices through the topology model.
-
-    NVIDIA nodes (``/dev/nvidiaN``) have no sysfs entry: they are matched to the topology's
-    GPUs by minor (NVML's, else the driver's ``/proc/driver/nvidia``). Other char and block
-    devices are followed from ``/sys/dev/<kind>/MAJ:MIN`` to the nearest PCI function above
-    them. ``NVIDIA_VISIBLE_DEVICES`` (UUIDs or NVML indices) names GPUs the NVIDIA runtime hook
-    adds after the runtime asked us. CDI names in ``cdi.k8s.io/*`` annotations: a GPU by UUID
-    (any kind) or NVML index (``nvidia.com/gpu``), else the nodes the spec files in ``cdi``
-    give that name, followed as above. Results are
-    cached per device number: sysfs links do not change while a device exists.
-    """
-
-    def __init__(self, topology: Topology, sysfs_root: str | Path = "/",
-                 cdi: CdiRegistry | None = None) -> None:
-        self._topology = topology
-        self._root = Path(sysfs_root)
-        self._cdi = cdi or CdiRegistry()
-        self._gpu_by_minor = gpus_by_minor(topology, self._root)
-        self._gpu_by_uuid = {g.uuid: g for g in topology.gpus}
-        self._gpu_by_index = {str(g.index): g for g in topology.gpus}
-        self._pci_node: dict[tuple[str, int, int], int | None] = {}
-        self._reported: set[str] = set()
-
-    def numa_hints(self, container: RuntimeContainer) -> dict[str, frozenset[int]]:
-        """Resource (``nvidia.com/gpu``, else the device path) → NUMA nodes of its devices."""
-        hints: dict[str, set[int]] = {}
-        for gpu in self._visible_gpus(container.env.get(NVIDIA_VISIBLE_DEVICES, "")):
-            _add(hints, GPU_RESOURCE, gpu.numa_node)
-        for device in (*container.devices, *self._cdi_nodes(container, hints)):
-            gpu = self._nvidia_gpu(device)
-            if gpu is not None:
-                _add(hints, GPU_RESOURCE, gpu.numa_node)
-            else:
-                _add(hints, device.path, self._pci_numa_node(device))
-        return {name: frozenset(nodes) for name, nodes in hints.items() if nodes}
-
-    def _cdi_nodes(self, container: RuntimeContainer,
-                   hints: dict[str, set[int]]) -> list[DeviceNode]:
-        """The container's CDI names: GPUs named by UUID or index go straight into ``hints``;
-        the nodes of any other name a spec file defines are returned, to be followed."""
-        names, problems = annotation_names(container.annotations)
-        for problem in problems:
-            self._report(f"container {container.name or container.id}: {problem}; not used")
-        nodes: list[DeviceNode] = []
-        for name in names:
-            gpu = self._named_gpu(name)
-            if gpu is not None:
-                _add(hints, GPU_RESOURCE, gpu.numa_node)
-            elif name.device != ALL_DEVICES and (device := self._cdi.device(name)) is not None:
-                nodes += [n for n in map(device_node, (*device.nodes, *device.spec_nodes))
-                          if n is not None]
-        return nodes
-
-    def _named_gpu(self, name: CdiName) -> Gpu | None:
-        # UUIDs are unique whatever the kind (NVIDIA's device plugin writes its own kind);
-        # indices only mean NVML's under nvidia.com/gpu. MIG instances ("MIG-…", "0:1") are
-        # not mapped by name; a spec file that lists one leads to its parent GPU's node.
-        gpu = self._gpu_by_uuid.get(name.device)
-        if gpu is None and name.kind == NVIDIA_GPU_KIND:
-            gpu = self._gpu_by_index.get(name.device)
-        return gpu
-
-    def _report(self, problem: str) -> None:
-        if problem not in self._reported and len(self._reported) < 1024:
-            self._reported.add(problem)
-            log.warning("%s", problem)
-
-    def _visible_gpus(self, value: str) -> Iterable[Gpu]:
-        # "all" spans every GPU, which says nothing about where to run; MIG ids are not mapped
-        # (docs/devices.md, "Not done").
-        for item in (v.strip() for v in value.split(",")):
-            gpu = self._gpu_by_uuid.get(item) or self._gpu_by_index.get(item)
-            if gpu is not None:
-                yield gpu
-
-    def _nvidia_gpu(self, device: DeviceNode) -> Gpu | None:
-        if device.type not in ("c", "u") or device.major != NVIDIA_MAJOR:
-            return None
-        m = _NVIDIA_NODE.fullmatch(device.path)
-        return self._gpu_by_minor.get(device.minor) if m else None
-
-    def _pci_numa_node(self, device: DeviceNode) -> int | None:
-        if device.type not in ("c", "u", "b"):
-            return None
-        kind = "block" if device.type == "b" else "char"
-        key = (kind, device.major, device.minor)
-        if key not in self._pci_node:
-            self._pci_node[key] = self._read_pci_numa_node(kind, device.major, device.minor)
-        return self._pci_node[key]
-
-    def _read_pci_numa_node(self, kind: str, major: int, minor: int) -> int | None:
-        link = self._root / "sys" / "dev" / kind / f"{major}:{minor}"
-        try:
-            target = os.path.realpath(link, strict=True)
-        except OSError:
-            return None
-        address = pci_address_of(target)
-        pci = None if address is None else self._topology.pci(address)
-        return None if pci is None else pci.numa_node
-
-
-def _add(hints: dict[str, set[int]], name: str, node: int | None) -> None:
-    if node is not None:
-        hints.setdefault(name, set()).add(node)
 
 
 # --- devices asked for by annotation ------------------------------------------------------

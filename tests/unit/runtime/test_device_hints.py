@@ -1,5 +1,5 @@
-"""Devices a container already has → NUMA hints: sysfs links to PCI functions, NVIDIA nodes by
-minor, NVIDIA_VISIBLE_DEVICES by UUID or index."""
+"""Devices a container already has → NUMA hints and the ids it holds: sysfs links to PCI
+functions, NVIDIA nodes by minor, NVIDIA_VISIBLE_DEVICES by UUID or index."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from nri_numa.engine.devices import Device, Resource
 from nri_numa.runtime import DeviceLocator, DeviceNode, RuntimeContainer, RuntimePod
 from nri_numa.topology.model import Cpu, Gpu, NumaNode, PciDevice, Topology
 
@@ -99,6 +100,21 @@ def test_lookups_are_cached(sysfs):
     assert locator.numa_hints(nvme) == {"/dev/nvme0n1": {1}}
     (sysfs / "sys" / "dev" / "block" / "259:0").unlink()
     assert locator.numa_hints(nvme) == {"/dev/nvme0n1": {1}}
+
+
+def test_held_devices_are_named_as_the_resources_name_them(sysfs):
+    """GPUs by UUID (minor, NVIDIA_VISIBLE_DEVICES), PCI functions by address; a device no
+    resource lists is left out."""
+    resources = {"nvidia.com/gpu": Resource("nvidia.com/gpu", (Device("GPU-aaaa"),
+                                                               Device("GPU-bbbb"))),
+                 "pci/15b3:1021": Resource("pci/15b3:1021", (Device(NIC_PCI),))}
+    container = _container(DeviceNode("/dev/nvidia3", "c", 195, 3),
+                           DeviceNode("/dev/infiniband/uverbs0", "c", 231, 64),
+                           DeviceNode("/dev/nvme0n1", "b", 259, 0),
+                           env={"NVIDIA_VISIBLE_DEVICES": "1"})
+    held = DeviceLocator(_machine(), sysfs).held_devices(container, resources)
+    assert held == {"nvidia.com/gpu": {"GPU-aaaa", "GPU-bbbb"}, "pci/15b3:1021": {NIC_PCI}}
+    assert DeviceLocator(_machine(), sysfs).held_devices(_container(), resources) == {}
 
 
 @pytest.mark.parametrize("bad, message", [

@@ -1,0 +1,157 @@
+"""The devices a container already has, found on the machine: their NUMA nodes (hints, so CPUs
+and memory follow them) and their identities (so a restarted plugin can hold them again).
+
+NVIDIA nodes (``/dev/nvidiaN``) have no sysfs entry: they are matched to the topology's GPUs by
+minor (NVML's, else the driver's ``/proc/driver/nvidia``). Other char and block devices are
+followed from ``/sys/dev/<kind>/MAJ:MIN`` to the nearest PCI function above them.
+``NVIDIA_VISIBLE_DEVICES`` (UUIDs or NVML indices) names GPUs the NVIDIA runtime hook adds after
+the runtime asked us. CDI names in ``cdi.k8s.io/*`` annotations: a GPU by UUID (any kind) or NVML
+index (``nvidia.com/gpu``), else the nodes the spec files give that name, followed as above.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from nri_numa.engine.context import GPU_RESOURCE
+from nri_numa.engine.devices import Resource
+from nri_numa.runtime.cdi import (ALL_DEVICES, NVIDIA_GPU_KIND, CdiName, CdiRegistry,
+                                  annotation_names, device_node)
+from nri_numa.runtime.container import DeviceNode, RuntimeContainer
+from nri_numa.runtime.device_grant import NVIDIA_MAJOR, NVIDIA_VISIBLE_DEVICES, gpus_by_minor
+from nri_numa.topology.model import Gpu, Topology
+from nri_numa.topology.sysfs_read import pci_address_of
+
+log = logging.getLogger(__name__)
+
+_NVIDIA_NODE = re.compile(r"/dev/nvidia(\d+)")
+
+
+@dataclass(frozen=True)
+class _Found:
+    """One device of a container: a GPU (by UUID), a PCI function (by address) or a node
+    the topology cannot place (``device_id`` None)."""
+
+    hint_key: str  # ``nvidia.com/gpu``, else the device node's path
+    device_id: str | None
+    numa_node: int | None
+
+
+class DeviceLocator:
+    """Finds a container's devices through the topology model. Results are cached per device
+    number: sysfs links do not change while a device exists."""
+
+    def __init__(self, topology: Topology, sysfs_root: str | Path = "/",
+                 cdi: CdiRegistry | None = None) -> None:
+        self._topology = topology
+        self._root = Path(sysfs_root)
+        self._cdi = cdi or CdiRegistry()
+        self._gpu_by_minor = gpus_by_minor(topology, self._root)
+        self._gpu_by_uuid = {g.uuid: g for g in topology.gpus}
+        self._gpu_by_index = {str(g.index): g for g in topology.gpus}
+        self._pci_address: dict[tuple[str, int, int], str | None] = {}
+        self._reported: set[str] = set()
+
+    def numa_hints(self, container: RuntimeContainer) -> dict[str, frozenset[int]]:
+        """Resource (``nvidia.com/gpu``, else the device path) → NUMA nodes of its devices."""
+        hints: dict[str, set[int]] = {}
+        for found in self._devices(container):
+            if found.numa_node is not None:
+                hints.setdefault(found.hint_key, set()).add(found.numa_node)
+        return {name: frozenset(nodes) for name, nodes in hints.items()}
+
+    def held_devices(self, container: RuntimeContainer,
+                     resources: Mapping[str, Resource]) -> dict[str, frozenset[str]]:
+        """Resource → ids of the container's devices that are devices of ``resources`` (GPUs
+        by UUID, NICs by PCI address)."""
+        ids = {f.device_id for f in self._devices(container) if f.device_id is not None}
+        held = {name: frozenset(d.id for d in resource.devices if d.id in ids)
+                for name, resource in resources.items()}
+        return {name: devices for name, devices in held.items() if devices}
+
+    def _devices(self, container: RuntimeContainer) -> list[_Found]:
+        gpus = list(self._visible_gpus(container.env.get(NVIDIA_VISIBLE_DEVICES, "")))
+        cdi_gpus, cdi_nodes = self._cdi_devices(container)
+        gpus += cdi_gpus
+        found = []
+        for device in (*container.devices, *cdi_nodes):
+            gpu = self._nvidia_gpu(device)
+            if gpu is not None:
+                gpus.append(gpu)
+            else:
+                found.append(self._pci_function(device))
+        return [_Found(GPU_RESOURCE, g.uuid, g.numa_node) for g in gpus] + found
+
+    def _cdi_devices(self, container: RuntimeContainer) -> tuple[list[Gpu], list[DeviceNode]]:
+        """The container's CDI names: the GPUs named by UUID or index, and the nodes the spec
+        files give any other name."""
+        names, problems = annotation_names(container.annotations)
+        for problem in problems:
+            self._report(f"container {container.name or container.id}: {problem}; not used")
+        gpus: list[Gpu] = []
+        nodes: list[DeviceNode] = []
+        for name in names:
+            gpu = self._named_gpu(name)
+            if gpu is not None:
+                gpus.append(gpu)
+            elif name.device != ALL_DEVICES and (device := self._cdi.device(name)) is not None:
+                nodes += [n for n in map(device_node, (*device.nodes, *device.spec_nodes))
+                          if n is not None]
+        return gpus, nodes
+
+    def _named_gpu(self, name: CdiName) -> Gpu | None:
+        # UUIDs are unique whatever the kind (NVIDIA's device plugin writes its own kind);
+        # indices only mean NVML's under nvidia.com/gpu. MIG instances ("MIG-…", "0:1") are
+        # not mapped by name; a spec file that lists one leads to its parent GPU's node.
+        gpu = self._gpu_by_uuid.get(name.device)
+        if gpu is None and name.kind == NVIDIA_GPU_KIND:
+            gpu = self._gpu_by_index.get(name.device)
+        return gpu
+
+    def _report(self, problem: str) -> None:
+        if problem not in self._reported and len(self._reported) < 1024:
+            self._reported.add(problem)
+            log.warning("%s", problem)
+
+    def _visible_gpus(self, value: str) -> Iterable[Gpu]:
+        # "all" spans every GPU, which says nothing about where to run; MIG ids are not mapped
+        # (docs/devices.md, "Not done").
+        for item in (v.strip() for v in value.split(",")):
+            gpu = self._gpu_by_uuid.get(item) or self._gpu_by_index.get(item)
+            if gpu is not None:
+                yield gpu
+
+    def _nvidia_gpu(self, device: DeviceNode) -> Gpu | None:
+        if device.type not in ("c", "u") or device.major != NVIDIA_MAJOR:
+            return None
+        m = _NVIDIA_NODE.fullmatch(device.path)
+        return self._gpu_by_minor.get(device.minor) if m else None
+
+    def _pci_function(self, device: DeviceNode) -> _Found:
+        address = self._cached_pci_address(device)
+        pci = None if address is None else self._topology.pci(address)
+        if pci is None:
+            return _Found(device.path, None, None)
+        return _Found(device.path, pci.address, pci.numa_node)
+
+    def _cached_pci_address(self, device: DeviceNode) -> str | None:
+        if device.type not in ("c", "u", "b"):
+            return None
+        kind = "block" if device.type == "b" else "char"
+        key = (kind, device.major, device.minor)
+        if key not in self._pci_address:
+            self._pci_address[key] = self._read_pci_address(kind, device.major, device.minor)
+        return self._pci_address[key]
+
+    def _read_pci_address(self, kind: str, major: int, minor: int) -> str | None:
+        link = self._root / "sys" / "dev" / kind / f"{major}:{minor}"
+        try:
+            target = os.path.realpath(link, strict=True)
+        except OSError:
+            return None
+        return pci_address_of(target)
