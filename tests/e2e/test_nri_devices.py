@@ -200,3 +200,43 @@ def test_a_gpu_asked_for_by_annotation_is_given(
             cri_client.create_container(other_sandbox,
                                         other.container_config("work", busybox_image.ref))
         assert "nvidia.com/gpu" in refused.value.details()
+
+
+def test_gpus_are_held_again_after_the_checkpoint_is_lost(
+        containerd: ContainerdDaemon, cri_client: CriClient, busybox_image: BuiltImage,
+        tmp_path: Path, dev_root: Path) -> None:
+    """Two fake GPUs. Pod "first" gets one and goes; "second" holds the other. The agent is
+    killed and its checkpoint deleted; Synchronize must read second's GPU back from the running
+    container (its NVIDIA_VISIBLE_DEVICES, as containerd reports it), so that the next pod gets
+    the GPU first had, not second's, which the engine would otherwise pick first again."""
+    os.mknod(dev_root / f"nvidia{GPU_MINOR + 1}", 0o666 | stat.S_IFCHR, os.makedev(1, 3))
+    one = vm_on_two_nodes(EXCLUSIVE_CPU_NODE)
+    gpu_b = Gpu(1, GPU_UUID[:-1] + "2", "0000:00:1f.6", EXCLUSIVE_CPU_NODE, minor=GPU_MINOR + 1)
+    two = Topology(cpus=one.cpus, numa_nodes=one.numa_nodes, gpus=(*one.gpus, gpu_b),
+                   pci_devices=(*one.pci_devices,
+                                PciDevice(gpu_b.pci_address, EXCLUSIVE_CPU_NODE, 0x030200,
+                                          0x10DE, 0x2330)))
+
+    def gpu_pod(name: str) -> tuple[str, str]:
+        pod = AnnotatedPod(name, (Resources(),),
+                           annotations={"numa.nri.io/devices.work": "nvidia.com/gpu=1"})
+        sandbox = cri_client.run_pod(pod)
+        container = cri_client.create_container(
+            sandbox, pod.container_config("work", busybox_image.ref))
+        cri_client.start_container(container)
+        env = spec_of(cri_client, container)["process"]["env"]
+        [visible] = [e.partition("=")[2] for e in env if e.startswith("NVIDIA_VISIBLE_DEVICES=")]
+        return sandbox, visible
+
+    with overlay_agent(containerd, tmp_path, two, dev_root) as agent:
+        first, freed = gpu_pod("first")
+        second, kept = gpu_pod("second")
+        assert {freed, kept} == {GPU_UUID, gpu_b.uuid}
+        cri_client.stop_pod(first)
+        cri_client.remove_pod(first)
+        agent.kill()
+        (agent.state_dir / "checkpoint.json").unlink()
+        start_and_connect(containerd, agent)
+        agent.wait_log("synchronized:", count=2)
+        _, gpu = gpu_pod("third")
+        assert gpu == freed, agent.log_text()
