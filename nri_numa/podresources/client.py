@@ -60,6 +60,16 @@ class PodResourcesClient:
     def close(self) -> None:
         self._channel.close()
 
+    def wait_ready(self, timeout_s: float) -> None:
+        """Connect now rather than on the first call; PodResourcesError when the kubelet does
+        not accept within ``timeout_s``."""
+        try:
+            grpc.channel_ready_future(self._channel).result(timeout=timeout_s)
+        except grpc.FutureTimeoutError:
+            raise PodResourcesError(f"kubelet PodResources at {self.socket_path}: not connected "
+                                    f"within {timeout_s:g} s",
+                                    grpc.StatusCode.UNAVAILABLE) from None
+
     def __enter__(self) -> PodResourcesClient:
         return self
 

@@ -30,6 +30,7 @@ log = logging.getLogger(__name__)
 BUDGET_S = 0.15  # for one container, Get and a fallback List together
 QUIET_AFTER_FAILURE_S = 10.0  # no calls for this long after one failed
 RECHECK_GET_S = 300.0  # ask Get again this long after the kubelet said it has none (upgrades)
+WARM_UP_S = 2.0  # at start-up, how long to wait for the kubelet to accept the connection
 
 
 class KubeletDeviceHints:
@@ -59,7 +60,8 @@ class KubeletDeviceHints:
             return {}
         try:
             client = self._connect()
-            # The budget starts once grpcio is loaded (100-250 ms, once; see warm_up).
+            # The budget starts once grpcio is loaded (100-250 ms, once; warm_up does it and
+            # connects at start-up).
             entry = self._container(client, namespace, pod, container,
                                     self._clock() + self._budget_s)
         except Exception as e:  # noqa: BLE001 - a hint source must never fail a container
@@ -77,12 +79,12 @@ class KubeletDeviceHints:
                       {k: sorted(v) for k, v in hints.items()})
         return hints
 
-    def warm_up(self) -> None:
-        """Load grpcio and open the channel now if the socket exists, so that the first
-        container does not wait for the import."""
+    def warm_up(self, timeout_s: float = WARM_UP_S) -> None:
+        """Load grpcio and connect now if the socket exists, so that the first container's
+        budget pays for neither the import nor the connection."""
         if self._socket_present():
             try:
-                self._connect()
+                self._connect().wait_ready(timeout_s)
             except Exception as e:  # noqa: BLE001 - the calls will say it again, softly
                 log.warning("kubelet PodResources client not ready: %s", e)
 

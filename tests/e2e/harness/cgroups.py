@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import errno
 import os
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -128,9 +129,23 @@ def remove_cgroups(layout: CgroupLayout, cgroup_paths: Iterable[str]) -> list[st
             if not top.is_dir():
                 continue
             for folder, _, _ in sorted(os.walk(top), key=lambda entry: -len(entry[0])):
-                try:
-                    os.rmdir(folder)
-                except OSError as exc:
-                    if exc.errno != errno.ENOENT:
-                        busy.append(f"{folder}: {exc.strerror}")
+                problem = _rmdir(folder)
+                if problem:
+                    busy.append(f"{folder}: {problem}")
     return busy
+
+
+def _rmdir(folder: str, patience_s: float = 2.0) -> str | None:
+    """rmdir, waiting a little while the kernel still counts a process that was just killed
+    (EBUSY); the error's text when it stays."""
+    deadline = time.monotonic() + patience_s
+    while True:
+        try:
+            os.rmdir(folder)
+            return None
+        except OSError as exc:
+            if exc.errno == errno.ENOENT:
+                return None
+            if exc.errno != errno.EBUSY or time.monotonic() > deadline:
+                return exc.strerror
+        time.sleep(0.05)

@@ -85,7 +85,7 @@ class FakeRuntime:
 
     # --- runtime → plugin calls on connection 1 ---------------------------------------------
 
-    def call(self, method: str, request: Message, reply_type: type[Message], timeout: float = 2.0) -> Message:
+    def call(self, method: str, request: Message, reply_type: type[Message], timeout: float = 5.0) -> Message:
         body = ttrpc_pb2.Request(
             service=PLUGIN, method=method, payload=request.SerializeToString(), timeout_nano=int(timeout * 1e9)
         ).SerializeToString()
@@ -110,7 +110,7 @@ class FakeRuntime:
     def synchronize(self, request: api_pb2.SynchronizeRequest | None = None) -> api_pb2.SynchronizeResponse:
         return self.call("Synchronize", request or api_pb2.SynchronizeRequest(), api_pb2.SynchronizeResponse)
 
-    def wait_response(self, stream: int, timeout: float = 2.0) -> ttrpc_pb2.Response:
+    def wait_response(self, stream: int, timeout: float = 5.0) -> ttrpc_pb2.Response:
         """The plugin's answer on conn 1 to a request sent by hand on ``stream``."""
         if not self._waiter(stream).wait(timeout):
             raise TimeoutError(f"plugin did not answer stream {stream} within {timeout} s")

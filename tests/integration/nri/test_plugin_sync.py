@@ -226,7 +226,7 @@ def test_the_plugin_through_a_socketpair(state_dir):
 
         # Pod removal has no room for updates in its reply: they come as UpdateContainers.
         runtime.call("StateChange", msg.event(api.REMOVE_POD_SANDBOX, g_pod), api.Empty)
-        for _ in range(100):
+        for _ in range(400):
             sent = [r for r in runtime.received.requests if r.method == "UpdateContainers"]
             if sent:
                 break

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import socket
 import subprocess
 import sys
 import time
@@ -53,7 +54,8 @@ def kubelet(scratch: Path) -> Iterator[FakeKubelet]:
 
 
 def source(path: Path, **options) -> KubeletDeviceHints:
-    return KubeletDeviceHints(str(path), machine(), **options)
+    """A hint source with a budget no loaded test machine runs past, unless a test sets one."""
+    return KubeletDeviceHints(str(path), machine(), **{"budget_s": 10.0, **options})
 
 
 # --- the client ---------------------------------------------------------------------------------
@@ -108,6 +110,35 @@ def test_a_hanging_kubelet_costs_one_deadline(kubelet: FakeKubelet) -> None:
         took = time.monotonic() - start
     assert raised.value.code is grpc.StatusCode.DEADLINE_EXCEEDED
     assert 0.09 <= took < 1.5
+
+
+def test_the_client_connects_when_asked(kubelet: FakeKubelet, scratch: Path) -> None:
+    with PodResourcesClient(str(kubelet.socket_path)) as client:
+        client.wait_ready(10)
+        assert kubelet.calls == []  # connected, nothing asked yet
+    deaf = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    deaf.bind(str(scratch / "deaf.sock"))  # bound, never listening: connections are refused
+    try:
+        with PodResourcesClient(str(scratch / "deaf.sock")) as client, \
+                pytest.raises(PodResourcesError, match="not connected within 0.3 s") as raised:
+            client.wait_ready(0.3)
+        assert raised.value.code is grpc.StatusCode.UNAVAILABLE
+    finally:
+        deaf.close()
+
+
+def test_warm_up_connects_and_a_deaf_kubelet_only_warns(kubelet: FakeKubelet, scratch: Path,
+                                                        caplog) -> None:
+    source(kubelet.socket_path).warm_up()
+    assert kubelet.calls == [] and "not ready" not in caplog.text
+    deaf = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    deaf.bind(str(scratch / "deaf.sock"))
+    try:
+        with caplog.at_level(logging.WARNING):
+            source(scratch / "deaf.sock").warm_up(timeout_s=0.3)
+        assert "kubelet PodResources client not ready" in caplog.text
+    finally:
+        deaf.close()
 
 
 def test_garbage_replies_are_an_error_not_a_crash(kubelet: FakeKubelet) -> None:
@@ -209,6 +240,7 @@ def test_a_hanging_kubelet_costs_one_budget_then_is_left_alone(kubelet: FakeKube
     kubelet.state = state()
     now[0] += 11
     time.sleep(2.0)  # let the hung handler finish so the fake serves promptly
+    hints._budget_s = 10.0  # what is tested now is the recovery, not the budget
     assert hints("ml", "trainer", "main") == {GPU: {1}}
     assert any("answers again" in r.getMessage() for r in caplog.records)
 

@@ -137,7 +137,8 @@ def test_the_kubelets_word_wins_over_the_runtimes_for_the_same_resource(kubelet)
     # GPU is on node 0. The kubelet chose the devices, so node 0.
     plugin = new_plugin()
     plugin_with = NumaPlugin(machine(), config_from_mapping(CONFIG),
-                             kubelet_hints=KubeletDeviceHints(str(kubelet.socket_path), machine()))
+                             kubelet_hints=KubeletDeviceHints(str(kubelet.socket_path), machine(),
+                                                              budget_s=10.0))
     sandbox = msg.pod("p")
     container = msg.guaranteed(sandbox, "main", 2, env=[f"NVIDIA_VISIBLE_DEVICES={GPU_ON_NODE_1}"])
     cpus, mems = placed(plugin.create_container(msg.create(sandbox, container)))

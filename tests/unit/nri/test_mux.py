@@ -157,7 +157,7 @@ def test_oversized_frame_closes_with_reason(pair, length: int) -> None:
     reason = wait_closed(mux)
     assert reason == f"protocol error: frame of {length} bytes on connection 1 exceeds the 16 MiB frame limit"
     assert sinks[1].lost_event.wait(CLOSE_DEADLINE) and sinks[1].lost == reason
-    assert sinks[2].lost == reason
+    assert sinks[2].lost_event.wait(CLOSE_DEADLINE) and sinks[2].lost == reason
     assert sinks[1].data == b""
 
 
