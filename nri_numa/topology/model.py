@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 from types import MappingProxyType
 from typing import Any
 
@@ -136,16 +137,23 @@ class Topology:
         return frozenset(c.id for c in self.cpus if c.online)
 
     def node(self, node_id: int) -> NumaNode:
-        for n in self.numa_nodes:
-            if n.id == node_id:
-                return n
-        raise KeyError(f"no NUMA node {node_id}")
+        node = self._node_by_id.get(node_id)
+        if node is None:
+            raise KeyError(f"no NUMA node {node_id}")
+        return node
 
     def pci(self, address: str) -> PciDevice | None:
-        for d in self.pci_devices:
-            if d.address == address:
-                return d
-        return None
+        return self._pci_by_address.get(address)
+
+    # Indexed once rather than scanned per lookup (device choice asks per GPU pair and NIC
+    # candidate). Cached properties are not fields: no part of eq, repr or to_json.
+    @cached_property
+    def _node_by_id(self) -> Mapping[int, NumaNode]:
+        return MappingProxyType({n.id: n for n in self.numa_nodes})
+
+    @cached_property
+    def _pci_by_address(self) -> Mapping[str, PciDevice]:
+        return MappingProxyType({d.address: d for d in self.pci_devices})
 
     def without_warnings(self) -> Topology:
         return Topology(self.cpus, self.numa_nodes, self.isolcpus, self.pci_devices,

@@ -1,4 +1,5 @@
 import json
+from dataclasses import replace
 
 import pytest
 
@@ -44,6 +45,19 @@ def test_values_are_immutable():
         t.numa_nodes[0].distances[0] = 99
     with pytest.raises(TypeError):
         t.gpus[0].nvlink_peers["x"] = 1
+
+
+def test_lookups_by_node_id_and_pci_address():
+    topo = small_topology()
+    assert topo.node(4).distances == {0: 40, 1: 40, 4: 10}
+    with pytest.raises(KeyError, match="no NUMA node 2"):
+        topo.node(2)
+    assert topo.pci("0000:1b:00.0").vendor == 0x10DE and topo.pci("0000:1a:00.0") is None
+    # The index is no part of the value: equal before and after a lookup, fresh after replace.
+    assert topo == small_topology() and json.loads(topo.to_json()) == json.loads(
+        small_topology().to_json())
+    fewer = replace(topo, pci_devices=())
+    assert fewer.pci("0000:1b:00.0") is None and topo.pci("0000:1b:00.0") is not None
 
 
 def test_collections_are_kept_sorted():
