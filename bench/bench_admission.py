@@ -38,9 +38,10 @@ from typing import Any
 
 from nri_numa.engine.admit import admit
 from nri_numa.engine.allocations import Allocations
-from nri_numa.engine.config import config_from_mapping
+from nri_numa.engine.config_reader import config_from_mapping
 from nri_numa.engine.context import GPU_RESOURCE, EngineContext
-from nri_numa.engine.request import PodRequest, pod_from_manifest
+from nri_numa.engine.manifest import pod_from_manifest
+from nri_numa.engine.request import PodRequest
 from nri_numa.topology.model import Topology
 from nri_numa.topology.synthetic import MachineSpec, build_topology, preset_topology
 from nri_numa.topology.synthetic.presets import PRESETS

@@ -49,7 +49,7 @@ from pathlib import Path
 from google.protobuf.message import Message
 
 from bench.wire_runtime import WireRuntime
-from nri_numa.engine.config import config_from_mapping
+from nri_numa.engine.config_reader import config_from_mapping
 from nri_numa.nri.daemon import plugin_store
 from nri_numa.nri.pb import api_pb2 as api
 from nri_numa.nri.plugin import NumaPlugin

@@ -17,7 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from nri_numa.engine.config import KNOWN_KEYS, ConfigError, EngineConfig, config_from_mapping
+from nri_numa.engine.config import ConfigError, EngineConfig
+from nri_numa.engine.config_reader import KNOWN_KEYS, config_from_mapping
 from nri_numa.topology.model import Topology, TopologyFormatError
 
 

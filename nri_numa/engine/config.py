@@ -1,11 +1,11 @@
 """The engine's configuration, under KubeletConfiguration's names, with the kubelet's checks.
 
-``config_from_mapping`` reads an already-parsed mapping (the CLI parses YAML); every key is
-checked and every problem is reported at once in one ``ConfigError``. An ``EngineConfig`` is
-valid by construction: its ``__post_init__`` runs the checks the kubelet makes when it builds
-its managers (option names and values, incompatible option pairs, static policies without
-reservations), with the kubelet's own texts so that they can be searched for. Checks that need
-the machine live in ``validate_for_topology``.
+``config_from_mapping`` (config_reader.py) reads an already-parsed mapping (the CLI parses
+YAML); every key is checked and every problem is reported at once in one ``ConfigError``. An
+``EngineConfig`` is valid by construction: its ``__post_init__`` runs the checks the kubelet
+makes when it builds its managers (option names and values, incompatible option pairs, static
+policies without reservations), with the kubelet's own texts so that they can be searched for.
+Checks that need the machine live in ``validate_for_topology`` (config_machine.py).
 
 Two deliberate differences from the kubelet, both documented in docs/configuration.md:
 
@@ -18,9 +18,8 @@ Two deliberate differences from the kubelet, both documented in docs/configurati
 
 from __future__ import annotations
 
-import difflib
 import re
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, fields
 from enum import StrEnum
 from functools import cached_property
@@ -29,10 +28,8 @@ from typing import Any
 
 from nri_numa.engine.policy.options import (DEFAULT_MAX_ALLOWABLE_NUMA_NODES,
                                             MAX_ALLOWABLE_NUMA_NODES, PREFER_CLOSEST_NUMA_NODES)
-from nri_numa.engine.quantity import MAX_INT64, QuantityError, resource_amount
+from nri_numa.engine.quantity import MAX_INT64
 from nri_numa.engine.request import RequestError, hugepage_size_kib
-from nri_numa.topology.cpulist import ListFormatError, format_list, parse_list
-from nri_numa.topology.model import NumaNode, Topology
 
 
 class ConfigError(ValueError):
@@ -108,7 +105,6 @@ _INCOMPATIBLE_CPU_OPTIONS = (
 _TRUE = ("1", "t", "T", "TRUE", "true", "True")
 _FALSE = ("0", "f", "F", "FALSE", "false", "False")
 _GO_INT = re.compile(r"[+-]?[0-9]+")
-RESERVABLE = ("cpu", "memory", "ephemeral-storage", "pid")  # kubeReserved / systemReserved keys
 
 
 def _parse_bool(value: str) -> bool | None:
@@ -289,224 +285,3 @@ def _memory_manager_problems(config: EngineConfig) -> list[str]:
         problems.append("memoryManagerPolicy: [memorymanager] you should specify the system "
                         "reserved memory (reservedMemory with a memory limit on some NUMA node)")
     return problems
-
-
-# --- reading a mapping ------------------------------------------------------------------
-
-API_VERSION = "kubelet.config.k8s.io/v1beta1"
-KIND = "KubeletConfiguration"
-
-
-def config_from_mapping(obj: Any) -> EngineConfig:
-    """An EngineConfig from a parsed mapping with KubeletConfiguration keys; absent keys keep
-    their defaults. Raises ConfigError listing every problem found."""
-    if obj is None:
-        obj = {}
-    if not isinstance(obj, Mapping):
-        raise ConfigError([f"the configuration must be a map of keys, not {type(obj).__name__}"])
-    problems: list[str] = []
-    values: dict[str, Any] = {}
-    for key, raw in obj.items():
-        reader = _READERS.get(key)
-        if reader is None:
-            problems.append(_unknown_key(key))
-            continue
-        try:
-            values.update(reader(key, raw))
-        except _KeyProblem as e:
-            problems.append(f"{key}: {e}")
-    if problems:
-        raise ConfigError(problems)
-    return EngineConfig(**values)
-
-
-class _KeyProblem(Exception):
-    """One key's value is wrong; config_from_mapping prefixes the key."""
-
-
-def _unknown_key(key: Any) -> str:
-    close = difflib.get_close_matches(str(key), KNOWN_KEYS, n=1)
-    hint = f"; did you mean {close[0]}?" if close else ""
-    return f"unknown key {key!r}{hint} (known keys: {', '.join(KNOWN_KEYS)})"
-
-
-def _choice(enum: type[StrEnum]) -> Callable[[str, Any], dict[str, Any]]:
-    def read(key: str, raw: Any) -> dict[str, Any]:
-        if raw not in {e.value for e in enum}:
-            raise _KeyProblem(_not_one_of(raw, enum))
-        return {_snake(key): enum(raw)}
-    return read
-
-
-def _fixed(expected: str) -> Callable[[str, Any], dict[str, Any]]:
-    def read(key: str, raw: Any) -> dict[str, Any]:
-        if raw != expected:
-            raise _KeyProblem(f"{raw!r} is not {expected!r}")
-        return {}
-    return read
-
-
-def _options(key: str, raw: Any) -> dict[str, Any]:
-    if not isinstance(raw, Mapping):
-        raise _KeyProblem(f"must be a map of option name to string value, not {raw!r}")
-    options = {}
-    for name, value in raw.items():
-        # YAML turns an unquoted true or 8 into a bool or an int; the kubelet wants strings,
-        # but the intent is plain, so take them.
-        if isinstance(value, bool):
-            value = "true" if value else "false"
-        elif isinstance(value, int):
-            value = str(value)
-        if not isinstance(name, str) or not isinstance(value, str):
-            raise _KeyProblem(f"option {name!r} must have a string value, not {value!r}")
-        options[name] = value
-    return {_snake(key): options}
-
-
-def _cpu_list(key: str, raw: Any) -> dict[str, Any]:
-    text = str(raw) if isinstance(raw, int) and not isinstance(raw, bool) else raw
-    if not isinstance(text, str):
-        raise _KeyProblem(f'must be a CPU list such as "0-1,32-33", not {raw!r}')
-    try:
-        return {"reserved_system_cpus": parse_list(text)}
-    except ListFormatError as e:
-        raise _KeyProblem(f"invalid configuration: unable to parse reservedSystemCPUs "
-                          f"(--reserved-cpus) {text}, error: {e}") from None
-
-
-def _reserved(key: str, raw: Any) -> dict[str, Any]:
-    if not isinstance(raw, Mapping):
-        raise _KeyProblem(f'must be a map such as {{cpu: "1", memory: "1Gi"}}, not {raw!r}')
-    amounts = {}
-    for resource, value in raw.items():
-        if resource not in RESERVABLE:
-            raise _KeyProblem(f"cannot reserve {resource!r} (allowed: {', '.join(RESERVABLE)})")
-        try:
-            amounts[resource] = resource_amount(resource, value)
-        except QuantityError as e:
-            raise _KeyProblem(f"{resource}: {e}") from None
-    return {_snake(key): amounts}
-
-
-def _reserved_memory(key: str, raw: Any) -> dict[str, Any]:
-    if not isinstance(raw, list):
-        raise _KeyProblem("must be a list of {numaNode: N, limits: {memory: \"1Gi\"}}")
-    return {"reserved_memory": tuple(_reservation(e, f"[{i}]") for i, e in enumerate(raw))}
-
-
-def _reservation(entry: Any, where: str) -> MemoryReservation:
-    if not isinstance(entry, Mapping) or set(entry) - {"numaNode", "limits"}:
-        raise _KeyProblem(f"{where}: must be a map with the keys numaNode and limits")
-    node = entry.get("numaNode")
-    if isinstance(node, bool) or not isinstance(node, int) or node < 0:
-        raise _KeyProblem(f"{where}.numaNode: must be a NUMA node id (0 or more), not {node!r}")
-    limits = entry.get("limits")
-    if not isinstance(limits, Mapping) or not limits:
-        raise _KeyProblem(f"{where}.limits: must be a map such as {{memory: \"1Gi\"}}")
-    amounts = {}
-    for resource, value in limits.items():
-        try:
-            amounts[str(resource)] = resource_amount(str(resource), value)
-        except QuantityError as e:
-            raise _KeyProblem(f"{where}.limits.{resource}: {e}") from None
-    return MemoryReservation(node, amounts)
-
-
-def _flag(key: str, raw: Any) -> dict[str, Any]:
-    if not isinstance(raw, bool):
-        raise _KeyProblem(f"must be true or false, not {raw!r}")
-    return {_snake(key): raw}
-
-
-def _snake(key: str) -> str:
-    return {"reservedSystemCPUs": "reserved_system_cpus"}.get(
-        key, re.sub(r"[A-Z]", lambda m: "_" + m[0].lower(), key))
-
-
-_READERS = {
-    "apiVersion": _fixed(API_VERSION),
-    "kind": _fixed(KIND),
-    "topologyManagerPolicy": _choice(TopologyPolicy),
-    "topologyManagerScope": _choice(TopologyScope),
-    "topologyManagerPolicyOptions": _options,
-    "cpuManagerPolicy": _choice(CpuManagerPolicy),
-    "cpuManagerPolicyOptions": _options,
-    "reservedSystemCPUs": _cpu_list,
-    "kubeReserved": _reserved,
-    "systemReserved": _reserved,
-    "memoryManagerPolicy": _choice(MemoryManagerPolicy),
-    "reservedMemory": _reserved_memory,
-    "allowPodOverrides": _flag,
-}
-KNOWN_KEYS = tuple(_READERS)
-
-
-# --- checks that need the machine -------------------------------------------------------
-
-
-def validate_for_topology(config: EngineConfig, topology: Topology) -> None:
-    """The kubelet's start-up checks that depend on the machine; raises ConfigError."""
-    problems = [*_numa_problems(config, topology), *_cpu_problems(config, topology),
-                *_reserved_memory_problems(config, topology)]
-    if problems:
-        raise ConfigError(problems)
-
-
-def _numa_problems(config: EngineConfig, topology: Topology) -> list[str]:
-    problems = []
-    limit, count = config.max_allowable_numa_nodes, len(topology.numa_nodes)
-    if config.topology_manager_policy is not TopologyPolicy.NONE and limit and count > limit:
-        problems.append(f"topologyManagerPolicyOptions: unsupported on machines with more than "
-                        f"{limit} NUMA Nodes (this machine has {count})")
-    if config.prefer_closest_numa_nodes:
-        ids = {n.id for n in topology.numa_nodes}
-        problems += [f"topologyManagerPolicyOptions: cannot discover NUMA topology: error getting "
-                     f"NUMA distances: NUMA node {n.id} has no distance to every node, which "
-                     f"{PREFER_CLOSEST} needs" for n in topology.numa_nodes
-                     if not ids <= set(n.distances)]
-    return problems
-
-
-def _cpu_problems(config: EngineConfig, topology: Topology) -> list[str]:
-    if config.cpu_manager_policy is not CpuManagerPolicy.STATIC:
-        return []
-    problems = []
-    online = topology.online_cpus
-    sockets = {c.socket for c in topology.cpus if c.online and c.socket is not None}
-    if config.cpu_options.align_by_socket and len(sockets) > len(topology.numa_nodes):
-        problems.append("cpuManagerPolicyOptions: Align by socket is not compatible with hardware "
-                        "where number of sockets are more than number of NUMA")
-    if config.reserved_system_cpus and not config.reserved_system_cpus <= online:
-        problems.append(f'reservedSystemCPUs: not all reserved cpus: '
-                        f'"{format_list(config.reserved_system_cpus)}" are present in '
-                        f'defaultCpuSet: "{format_list(online)}"')
-    elif config.num_reserved_cpus > len(online):
-        problems.append(f"kubeReserved/systemReserved: [cpumanager] unable to reserve the required "
-                        f"amount of CPUs (size of {format_list(online)} did not equal "
-                        f"{config.num_reserved_cpus})")
-    return problems
-
-
-def _reserved_memory_problems(config: EngineConfig, topology: Topology) -> list[str]:
-    nodes = {n.id: n for n in topology.numa_nodes}
-    problems = []
-    for i, r in enumerate(config.reserved_memory):
-        node = nodes.get(r.numa_node)
-        if node is None:
-            problems.append(f"reservedMemory[{i}]: the reserved memory configuration references "
-                            f"a NUMA node {r.numa_node} that does not exist on this machine")
-            continue
-        for resource, amount in r.limits.items():
-            capacity = _node_capacity(node, resource)
-            if amount > capacity:
-                problems.append(f"reservedMemory[{i}]: reserves {amount} bytes of {resource} on "
-                                f"NUMA node {node.id}, which has {capacity}")
-    return problems
-
-
-def _node_capacity(node: NumaNode, resource: str) -> int:
-    if resource == "memory":
-        return node.memory_bytes
-    size = hugepage_size_kib(resource)
-    pages = node.hugepages.get(size)
-    return 0 if pages is None else pages.total * size * 1024

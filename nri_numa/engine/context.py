@@ -9,8 +9,8 @@ from types import MappingProxyType
 
 from nri_numa.engine.allocations import Allocations
 from nri_numa.engine.annotations import PodTopology, pod_topology
-from nri_numa.engine.config import (ConfigError, CpuManagerPolicy, EngineConfig,
-                                    MemoryManagerPolicy, validate_for_topology)
+from nri_numa.engine.config import ConfigError, CpuManagerPolicy, EngineConfig, MemoryManagerPolicy
+from nri_numa.engine.config_machine import validate_for_topology
 from nri_numa.engine.cpu import CPUTopology, NotEnoughCPUsError, checked_mask, take_cpus
 from nri_numa.engine.devices import Chooser, Device, Resource
 from nri_numa.engine.devices.gpu_select import gpu_chooser

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from nri_numa.engine.config import config_from_mapping
+from nri_numa.engine.config_reader import config_from_mapping
 from nri_numa.engine.context import EngineContext
 from nri_numa.state.checkpoint import (FILE_NAME, CheckpointStore, ContainerRecord, PodRecord,
                                        machine_fingerprint, records_from_dict)

@@ -25,11 +25,11 @@ from hypothesis import strategies as st
 
 from nri_numa.engine.admit import Admission, admit, release
 from nri_numa.engine.allocations import Allocations
-from nri_numa.engine.config import config_from_mapping
+from nri_numa.engine.config_reader import config_from_mapping
 from nri_numa.engine.context import EngineContext
+from nri_numa.engine.manifest import container_from_resources
 from nri_numa.engine.memory import machine_state_difference
-from nri_numa.engine.request import (ContainerKind, ContainerRequest, PodRequest,
-                                     container_from_resources)
+from nri_numa.engine.request import ContainerKind, ContainerRequest, PodRequest
 from nri_numa.topology.cpulist import format_list
 from nri_numa.topology.model import Topology
 from nri_numa.topology.synthetic import MachineSpec, MemorySpec, SmtLayout, build_topology

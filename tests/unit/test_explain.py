@@ -8,7 +8,7 @@ import random
 import pytest
 
 from nri_numa.engine.bitmask import bits, mask_of
-from nri_numa.engine.config import config_from_mapping
+from nri_numa.engine.config_reader import config_from_mapping
 from nri_numa.engine.context import EngineContext
 from nri_numa.engine.hints import Hint
 from nri_numa.engine.merge import merge_hints

@@ -7,9 +7,10 @@ import json
 import pytest
 
 from nri_numa.engine.admit import admit
-from nri_numa.engine.config import config_from_mapping
+from nri_numa.engine.config_reader import config_from_mapping
 from nri_numa.engine.context import EngineContext
-from nri_numa.engine.request import PodRequest, container_from_resources
+from nri_numa.engine.manifest import container_from_resources
+from nri_numa.engine.request import PodRequest
 from nri_numa.state.ledger import LEDGER_VERSION, Ledger, LedgerError
 from nri_numa.topology.cpulist import format_list, parse_list
 from nri_numa.topology.synthetic import MachineSpec, MemorySpec, build_topology

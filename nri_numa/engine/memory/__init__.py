@@ -14,6 +14,7 @@ from nri_numa.engine.memory.hints import (
     pod_hints,
     regenerate_hints,
 )
+from nri_numa.engine.memory.nodes import MemoryTable, NodeState, machine_state_difference
 from nri_numa.engine.memory.resources import (
     MEMORY,
     InitContainer,
@@ -25,11 +26,8 @@ from nri_numa.engine.memory.state import (
     Block,
     MemoryState,
     MemoryStateError,
-    MemoryTable,
-    NodeState,
     ReservedMemoryError,
     check_reserved_memory,
-    machine_state_difference,
     restore,
 )
 

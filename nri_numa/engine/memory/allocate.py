@@ -32,15 +32,9 @@ from collections.abc import Callable, Mapping, Sequence
 
 from nri_numa.engine.hints import Hint
 from nri_numa.engine.memory.hints import best_hint, lead_resource, memory_hints
+from nri_numa.engine.memory.nodes import Mask, release_on, reserve_on
 from nri_numa.engine.memory.resources import InitContainer, requested_resources
-from nri_numa.engine.memory.state import (
-    Block,
-    Mask,
-    MemoryState,
-    MemoryStateError,
-    release_on,
-    reserve_on,
-)
+from nri_numa.engine.memory.state import Block, MemoryState, MemoryStateError
 
 
 class MemoryAllocationError(Exception):

@@ -38,8 +38,9 @@ from collections.abc import Mapping, Sequence
 
 from nri_numa.engine.bitmask import bits, is_narrower, mask_of, subset_sums
 from nri_numa.engine.hints import Hint, hints_of_masks
+from nri_numa.engine.memory.nodes import Mask, NodeState
 from nri_numa.engine.memory.resources import MEMORY, requested_resources
-from nri_numa.engine.memory.state import Block, Mask, MemoryState, NodeState
+from nri_numa.engine.memory.state import Block, MemoryState
 
 HintMap = dict[str, list[Hint]]
 

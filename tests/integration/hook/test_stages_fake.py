@@ -10,7 +10,7 @@ import stat
 
 import pytest
 
-from nri_numa.engine.config import config_from_mapping
+from nri_numa.engine.config_reader import config_from_mapping
 from nri_numa.engine.context import EngineContext
 from nri_numa.hook.machine import Machine
 from nri_numa.hook.oci import parse_state

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from nri_numa.engine.config import config_from_mapping
+from nri_numa.engine.config_reader import config_from_mapping
 from nri_numa.nri.pb import api_pb2 as api
 from nri_numa.nri.plugin import NumaPlugin
 from nri_numa.state.checkpoint import CheckpointStore, machine_fingerprint

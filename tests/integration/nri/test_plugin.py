@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from nri_numa.engine.config import config_from_mapping
+from nri_numa.engine.config_reader import config_from_mapping
 from nri_numa.nri.pb import api_pb2 as api
 from nri_numa.nri.session import PluginError
 from nri_numa.state.checkpoint import CheckpointError, CheckpointStore

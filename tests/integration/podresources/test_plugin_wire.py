@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from nri_numa.cli import build_parser
-from nri_numa.engine.config import config_from_mapping
+from nri_numa.engine.config_reader import config_from_mapping
 from nri_numa.nri import daemon as d
 from nri_numa.nri.pb import api_pb2 as api
 from nri_numa.nri.plugin import NumaPlugin

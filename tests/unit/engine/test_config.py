@@ -6,10 +6,11 @@ from typing import Any
 
 import pytest
 
-from nri_numa.engine.config import (KNOWN_KEYS, ConfigError, CpuManagerOptions, CpuManagerPolicy,
-                                    EngineConfig, MemoryManagerPolicy, MemoryReservation,
-                                    TopologyPolicy, TopologyScope, config_from_mapping,
-                                    validate_for_topology)
+from nri_numa.engine.config import (ConfigError, CpuManagerOptions, CpuManagerPolicy, EngineConfig,
+                                    MemoryManagerPolicy, MemoryReservation, TopologyPolicy,
+                                    TopologyScope)
+from nri_numa.engine.config_machine import validate_for_topology
+from nri_numa.engine.config_reader import KNOWN_KEYS, config_from_mapping
 from nri_numa.topology.model import Cpu, HugePages, NumaNode, Topology
 
 GI = 2**30

@@ -1,6 +1,7 @@
 import pytest
 
-from nri_numa.engine.config import ConfigError, config_from_mapping
+from nri_numa.engine.config import ConfigError
+from nri_numa.engine.config_reader import config_from_mapping
 from nri_numa.engine.context import GPU_RESOURCE, EngineContext
 from nri_numa.topology.synthetic import preset_topology
 

@@ -14,12 +14,12 @@ import pytest
 from nri_numa.engine.admit import admit, release
 from nri_numa.engine.annotations import pod_topology
 from nri_numa.engine.bitmask import bits, iterate_masks, kubelet_order, subset_sums
-from nri_numa.engine.config import config_from_mapping
+from nri_numa.engine.config_reader import config_from_mapping
 from nri_numa.engine.context import EngineContext
 from nri_numa.engine.cpu import checked_mask
 from nri_numa.engine.hints import Hint, hint_of_mask, hints_of_masks
+from nri_numa.engine.manifest import pod_from_manifest
 from nri_numa.engine.merge import MachineMerge, merge_hints
-from nri_numa.engine.request import pod_from_manifest
 from nri_numa.topology.synthetic import preset_topology
 from tests.property.test_merge_equivalence import POLICIES, random_case
 

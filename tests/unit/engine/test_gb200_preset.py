@@ -4,8 +4,8 @@ neither CPUs nor container memory there."""
 from __future__ import annotations
 
 from nri_numa.engine import EngineContext, admit
-from nri_numa.engine.config import config_from_mapping
-from nri_numa.engine.request import pod_from_manifest
+from nri_numa.engine.config_reader import config_from_mapping
+from nri_numa.engine.manifest import pod_from_manifest
 from nri_numa.topology.synthetic import preset_topology
 
 GIB = 1 << 30

@@ -6,12 +6,12 @@ from typing import Any
 
 import pytest
 
+from nri_numa.engine.manifest import (container_from_resources, is_extended_resource,
+                                      pod_from_manifest)
 from nri_numa.engine.request import (ContainerKind, ContainerRequest, PodRequest, QosClass,
-                                     RequestError, container_from_resources, guaranteed_cpus,
-                                     hugepage_resource_name, hugepage_size_kib,
-                                     is_extended_resource, pod_device_requests,
-                                     pod_from_manifest, pod_guaranteed_cpus, pod_memory_requests,
-                                     qos_class)
+                                     RequestError, guaranteed_cpus, hugepage_resource_name,
+                                     hugepage_size_kib, pod_device_requests, pod_guaranteed_cpus,
+                                     pod_memory_requests, qos_class)
 
 GI = 2**30
 MI = 2**20

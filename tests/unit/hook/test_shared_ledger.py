@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from nri_numa.engine.config import config_from_mapping
+from nri_numa.engine.config_reader import config_from_mapping
 from nri_numa.engine.context import EngineContext
 from nri_numa.hook.shared_ledger import (PENDING_GRACE_S, Move, ProcessRecord, Refused,
                                          SharedLedger, StateError)

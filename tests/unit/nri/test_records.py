@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import logging
 
-from nri_numa.engine.config import config_from_mapping
+from nri_numa.engine.config_reader import config_from_mapping
 from nri_numa.engine.context import EngineContext
 from nri_numa.engine.decision import Placement
-from nri_numa.engine.request import PodRequest, container_from_resources
+from nri_numa.engine.manifest import container_from_resources
+from nri_numa.engine.request import PodRequest
 from nri_numa.nri import decision_log
 from nri_numa.nri.records import Records
 from nri_numa.state.checkpoint import ContainerRecord, PodRecord

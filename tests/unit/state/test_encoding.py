@@ -10,9 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from nri_numa.engine.config import config_from_mapping
+from nri_numa.engine.config_reader import config_from_mapping
 from nri_numa.engine.context import EngineContext
-from nri_numa.engine.request import ContainerRequest, PodRequest, container_from_resources
+from nri_numa.engine.manifest import container_from_resources
+from nri_numa.engine.request import ContainerRequest, PodRequest
 from nri_numa.state import encoding
 from nri_numa.state.checkpoint import (CheckpointStore, ContainerRecord, PodRecord,
                                        records_from_dict, records_to_dict)

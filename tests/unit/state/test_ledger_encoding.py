@@ -7,9 +7,10 @@ from __future__ import annotations
 import json
 import random
 
-from nri_numa.engine.config import config_from_mapping
+from nri_numa.engine.config_reader import config_from_mapping
 from nri_numa.engine.context import EngineContext
-from nri_numa.engine.request import PodRequest, container_from_resources
+from nri_numa.engine.manifest import container_from_resources
+from nri_numa.engine.request import PodRequest
 from nri_numa.state import encoding
 from nri_numa.state.encoding import LedgerEncoder
 from nri_numa.state.ledger import Ledger

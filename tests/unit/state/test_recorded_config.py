@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from nri_numa.engine.config import config_from_mapping
+from nri_numa.engine.config_reader import config_from_mapping
 from nri_numa.state.checkpoint import CheckpointError, RecordError
 from nri_numa.state.recorded_config import RecordedConfig, refuse_change
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from nri_numa.cli import build_parser, main
-from nri_numa.engine.config import config_from_mapping
+from nri_numa.engine.config_reader import config_from_mapping
 from nri_numa.engine.context import EngineContext
 from nri_numa.hook.cgroup import DEFAULT_CGROUP_ROOT
 from nri_numa.hook.shared_ledger import ProcessRecord, SharedLedger

@@ -12,11 +12,11 @@ from typing import Any
 
 from nri_numa.engine.admit import Admission, admit
 from nri_numa.engine.allocations import Allocations, ContainerAllocation, PodAllocation
-from nri_numa.engine.config import config_from_mapping
+from nri_numa.engine.config_reader import config_from_mapping
 from nri_numa.engine.context import EngineContext
 from nri_numa.engine.cpu import CPUTopology, cpu_topology
-from nri_numa.engine.request import (ContainerKind, ContainerRequest, PodRequest,
-                                     container_from_resources, pod_from_manifest)
+from nri_numa.engine.manifest import container_from_resources, pod_from_manifest
+from nri_numa.engine.request import ContainerKind, ContainerRequest, PodRequest
 from nri_numa.topology.cpulist import parse_list
 from nri_numa.topology.model import Cpu, HugePages, NumaNode, Topology
 

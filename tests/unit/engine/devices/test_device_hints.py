@@ -12,7 +12,8 @@ import pytest
 from nri_numa.engine.devices import Device, Resource
 from nri_numa.engine.devices.hints import device_hints, generate_hints, pod_device_hints
 from nri_numa.engine.hints import Hint
-from nri_numa.engine.request import pod_device_requests, pod_from_manifest
+from nri_numa.engine.manifest import pod_from_manifest
+from nri_numa.engine.request import pod_device_requests
 
 NODES = [0, 1]
 P, N = True, False  # preferred / not preferred

@@ -10,12 +10,12 @@ import pytest
 
 from nri_numa.engine import EngineContext, admit
 from nri_numa.engine.annotations import AnnotationError
-from nri_numa.engine.config import config_from_mapping
+from nri_numa.engine.config_reader import config_from_mapping
 from nri_numa.engine.context import GPU_RESOURCE, nic_resources
 from nri_numa.engine.devices.requested import (container_devices, parse_devices,
                                                pod_devices_for, resolve_devices,
                                                with_annotated_devices)
-from nri_numa.engine.request import pod_from_manifest
+from nri_numa.engine.manifest import pod_from_manifest
 from nri_numa.topology.model import pcie_level
 from nri_numa.topology.synthetic import preset_topology
 

@@ -1,0 +1,170 @@
+"""Reading a KubeletConfiguration mapping into an ``EngineConfig``.
+
+Kept apart from config.py, which holds the values and the checks the kubelet makes on them:
+this module only knows the keys (KubeletConfiguration's names) and turns each one's raw YAML
+value into an ``EngineConfig`` field. ``config_from_mapping`` reads an already-parsed mapping
+(the CLI parses YAML); every key is checked and every problem is reported at once in one
+``ConfigError``, then ``EngineConfig`` runs its own checks.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from collections.abc import Callable, Mapping
+from enum import StrEnum
+from typing import Any
+
+from nri_numa.engine.config import (ConfigError, CpuManagerPolicy, EngineConfig,
+                                    MemoryManagerPolicy, MemoryReservation, TopologyPolicy,
+                                    TopologyScope, _not_one_of)
+from nri_numa.engine.quantity import QuantityError, resource_amount
+from nri_numa.topology.cpulist import ListFormatError, parse_list
+
+API_VERSION = "kubelet.config.k8s.io/v1beta1"
+KIND = "KubeletConfiguration"
+RESERVABLE = ("cpu", "memory", "ephemeral-storage", "pid")  # kubeReserved / systemReserved keys
+
+
+def config_from_mapping(obj: Any) -> EngineConfig:
+    """An EngineConfig from a parsed mapping with KubeletConfiguration keys; absent keys keep
+    their defaults. Raises ConfigError listing every problem found."""
+    if obj is None:
+        obj = {}
+    if not isinstance(obj, Mapping):
+        raise ConfigError([f"the configuration must be a map of keys, not {type(obj).__name__}"])
+    problems: list[str] = []
+    values: dict[str, Any] = {}
+    for key, raw in obj.items():
+        reader = _READERS.get(key)
+        if reader is None:
+            problems.append(_unknown_key(key))
+            continue
+        try:
+            values.update(reader(key, raw))
+        except _KeyProblem as e:
+            problems.append(f"{key}: {e}")
+    if problems:
+        raise ConfigError(problems)
+    return EngineConfig(**values)
+
+
+class _KeyProblem(Exception):
+    """One key's value is wrong; config_from_mapping prefixes the key."""
+
+
+def _unknown_key(key: Any) -> str:
+    close = difflib.get_close_matches(str(key), KNOWN_KEYS, n=1)
+    hint = f"; did you mean {close[0]}?" if close else ""
+    return f"unknown key {key!r}{hint} (known keys: {', '.join(KNOWN_KEYS)})"
+
+
+def _choice(enum: type[StrEnum]) -> Callable[[str, Any], dict[str, Any]]:
+    def read(key: str, raw: Any) -> dict[str, Any]:
+        if raw not in {e.value for e in enum}:
+            raise _KeyProblem(_not_one_of(raw, enum))
+        return {_snake(key): enum(raw)}
+    return read
+
+
+def _fixed(expected: str) -> Callable[[str, Any], dict[str, Any]]:
+    def read(key: str, raw: Any) -> dict[str, Any]:
+        if raw != expected:
+            raise _KeyProblem(f"{raw!r} is not {expected!r}")
+        return {}
+    return read
+
+
+def _options(key: str, raw: Any) -> dict[str, Any]:
+    if not isinstance(raw, Mapping):
+        raise _KeyProblem(f"must be a map of option name to string value, not {raw!r}")
+    options = {}
+    for name, value in raw.items():
+        # YAML turns an unquoted true or 8 into a bool or an int; the kubelet wants strings,
+        # but the intent is plain, so take them.
+        if isinstance(value, bool):
+            value = "true" if value else "false"
+        elif isinstance(value, int):
+            value = str(value)
+        if not isinstance(name, str) or not isinstance(value, str):
+            raise _KeyProblem(f"option {name!r} must have a string value, not {value!r}")
+        options[name] = value
+    return {_snake(key): options}
+
+
+def _cpu_list(key: str, raw: Any) -> dict[str, Any]:
+    text = str(raw) if isinstance(raw, int) and not isinstance(raw, bool) else raw
+    if not isinstance(text, str):
+        raise _KeyProblem(f'must be a CPU list such as "0-1,32-33", not {raw!r}')
+    try:
+        return {"reserved_system_cpus": parse_list(text)}
+    except ListFormatError as e:
+        raise _KeyProblem(f"invalid configuration: unable to parse reservedSystemCPUs "
+                          f"(--reserved-cpus) {text}, error: {e}") from None
+
+
+def _reserved(key: str, raw: Any) -> dict[str, Any]:
+    if not isinstance(raw, Mapping):
+        raise _KeyProblem(f'must be a map such as {{cpu: "1", memory: "1Gi"}}, not {raw!r}')
+    amounts = {}
+    for resource, value in raw.items():
+        if resource not in RESERVABLE:
+            raise _KeyProblem(f"cannot reserve {resource!r} (allowed: {', '.join(RESERVABLE)})")
+        try:
+            amounts[resource] = resource_amount(resource, value)
+        except QuantityError as e:
+            raise _KeyProblem(f"{resource}: {e}") from None
+    return {_snake(key): amounts}
+
+
+def _reserved_memory(key: str, raw: Any) -> dict[str, Any]:
+    if not isinstance(raw, list):
+        raise _KeyProblem("must be a list of {numaNode: N, limits: {memory: \"1Gi\"}}")
+    return {"reserved_memory": tuple(_reservation(e, f"[{i}]") for i, e in enumerate(raw))}
+
+
+def _reservation(entry: Any, where: str) -> MemoryReservation:
+    if not isinstance(entry, Mapping) or set(entry) - {"numaNode", "limits"}:
+        raise _KeyProblem(f"{where}: must be a map with the keys numaNode and limits")
+    node = entry.get("numaNode")
+    if isinstance(node, bool) or not isinstance(node, int) or node < 0:
+        raise _KeyProblem(f"{where}.numaNode: must be a NUMA node id (0 or more), not {node!r}")
+    limits = entry.get("limits")
+    if not isinstance(limits, Mapping) or not limits:
+        raise _KeyProblem(f"{where}.limits: must be a map such as {{memory: \"1Gi\"}}")
+    amounts = {}
+    for resource, value in limits.items():
+        try:
+            amounts[str(resource)] = resource_amount(str(resource), value)
+        except QuantityError as e:
+            raise _KeyProblem(f"{where}.limits.{resource}: {e}") from None
+    return MemoryReservation(node, amounts)
+
+
+def _flag(key: str, raw: Any) -> dict[str, Any]:
+    if not isinstance(raw, bool):
+        raise _KeyProblem(f"must be true or false, not {raw!r}")
+    return {_snake(key): raw}
+
+
+def _snake(key: str) -> str:
+    return {"reservedSystemCPUs": "reserved_system_cpus"}.get(
+        key, re.sub(r"[A-Z]", lambda m: "_" + m[0].lower(), key))
+
+
+_READERS = {
+    "apiVersion": _fixed(API_VERSION),
+    "kind": _fixed(KIND),
+    "topologyManagerPolicy": _choice(TopologyPolicy),
+    "topologyManagerScope": _choice(TopologyScope),
+    "topologyManagerPolicyOptions": _options,
+    "cpuManagerPolicy": _choice(CpuManagerPolicy),
+    "cpuManagerPolicyOptions": _options,
+    "reservedSystemCPUs": _cpu_list,
+    "kubeReserved": _reserved,
+    "systemReserved": _reserved,
+    "memoryManagerPolicy": _choice(MemoryManagerPolicy),
+    "reservedMemory": _reserved_memory,
+    "allowPodOverrides": _flag,
+}
+KNOWN_KEYS = tuple(_READERS)
