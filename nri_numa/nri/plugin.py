@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Sequence
-from contextlib import AbstractContextManager
+from contextlib import AbstractContextManager, nullcontext
 
 from nri_numa.engine.config import ConfigError, EngineConfig
 from nri_numa.engine.context import EngineContext
@@ -58,6 +58,8 @@ class NumaPlugin:
         self._granter = granter or DeviceGranter(topology)  # devices → nodes, rules, env
         self._reader = RequestReader(locator or DeviceLocator(topology),
                                      kubelet_hints or (lambda namespace, pod, container: {}))
+        # A Synchronize's adoptions share one kubelet answer (KubeletDeviceHints.one_list).
+        self._one_kubelet_answer = getattr(kubelet_hints, "one_list", nullcontext)
         self._send_updates = send_updates or (lambda updates: None)
         self._metrics = metrics
         self._lock = threading.Lock()
@@ -90,7 +92,7 @@ class NumaPlugin:
         for problem in problems:
             log.warning("synchronize: %s", problem)
         records = self._records
-        with self._lock, self._transaction():
+        with self._lock, self._transaction(), self._one_kubelet_answer():
             sync.release_missing(records, live_ids)
             for container in live:
                 if container.id not in records.containers:

@@ -16,6 +16,8 @@ import grpc
 
 from nri_numa.podresources.pb import api_pb2 as pr
 from nri_numa.podresources.pb import api_pb2_grpc as pr_grpc
+from nri_numa.podresources.hints import find_container
+from nri_numa.podresources.pod_heads import DecodeError, PodHeads, pods_named
 
 MAX_MESSAGE_BYTES = 16 * 1024 * 1024  # the kubelet client's defaultPodResourcesMaxSize
 DEFAULT_TIMEOUT_S = 0.1
@@ -56,6 +58,11 @@ class PodResourcesClient:
                      ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
                      ("grpc.enable_http_proxy", 0)])
         self._stub = pr_grpc.PodResourcesListerStub(self._channel)
+        # List as list_container reads it: only the pods' names decoded (pod_heads.py).
+        self._list_heads = self._channel.unary_unary(
+            "/v1.PodResourcesLister/List",
+            request_serializer=pr.ListPodResourcesRequest.SerializeToString,
+            response_deserializer=PodHeads.FromString, _registered_method=True)
 
     def close(self) -> None:
         self._channel.close()
@@ -77,24 +84,40 @@ class PodResourcesClient:
         self.close()
 
     def list(self, timeout_s: float | None = None) -> list[pr.PodResources]:
-        reply = self._call("List", pr.ListPodResourcesRequest(), timeout_s)
+        reply = self._call("List", self._stub.List, pr.ListPodResourcesRequest(), timeout_s)
         return list(reply.pod_resources)
 
+    def list_container(self, namespace: str, pod: str, container: str,
+                       timeout_s: float | None = None) -> pr.ContainerResources | None:
+        """``List``, keeping only the entry of ``container`` in pod ``namespace/pod`` (None when
+        the kubelet lists none), as ``hints.find_container`` finds it; the other pods are not
+        decoded (pod_heads.py), which is most of a big node's reply."""
+        heads = self._call("List", self._list_heads, pr.ListPodResourcesRequest(), timeout_s)
+        try:
+            return find_container(pods_named(heads, namespace, pod), namespace, pod, container)
+        except DecodeError as e:
+            raise PodResourcesError(f"PodResources List on {self.socket_path}: pod "
+                                    f"{namespace}/{pod} is not a PodResources message: {e}",
+                                    grpc.StatusCode.INTERNAL) from None
+
     def get(self, namespace: str, pod: str, timeout_s: float | None = None) -> pr.PodResources:
-        reply = self._call("Get", pr.GetPodResourcesRequest(pod_name=pod, pod_namespace=namespace),
+        reply = self._call("Get", self._stub.Get,
+                           pr.GetPodResourcesRequest(pod_name=pod, pod_namespace=namespace),
                            timeout_s)
         return reply.pod_resources
 
     def allocatable(self, timeout_s: float | None = None) -> pr.AllocatableResourcesResponse:
-        return self._call("GetAllocatableResources", pr.AllocatableResourcesRequest(), timeout_s)
+        return self._call("GetAllocatableResources", self._stub.GetAllocatableResources,
+                          pr.AllocatableResourcesRequest(), timeout_s)
 
-    def _call(self, method: str, request, timeout_s: float | None):  # noqa: ANN001, ANN202
+    def _call(self, method: str, stub_call, request,  # noqa: ANN001
+              timeout_s: float | None):  # noqa: ANN202
         timeout = self.timeout_s if timeout_s is None else timeout_s
         if timeout <= 0:
             raise PodResourcesError(f"PodResources {method}: no time left for the call",
                                     grpc.StatusCode.DEADLINE_EXCEEDED)
         try:
-            return getattr(self._stub, method)(request, timeout=timeout)
+            return stub_call(request, timeout=timeout)
         except grpc.RpcError as e:
             code = e.code() if callable(getattr(e, "code", None)) else None
             detail = e.details() if callable(getattr(e, "details", None)) else str(e)

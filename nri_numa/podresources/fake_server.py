@@ -102,7 +102,7 @@ class FakeKubelet:
 
     @staticmethod
     def _list(state: FakeKubeletState, request, context):  # noqa: ANN001, ANN205
-        return pr.ListPodResourcesResponse(pod_resources=state.pods)
+        return state.list_reply
 
     @staticmethod
     def _allocatable(state: FakeKubeletState, request, context):  # noqa: ANN001, ANN205

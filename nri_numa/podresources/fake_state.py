@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +46,13 @@ class FakeKubeletState:
     get: str = "enabled"
     delay_s: float = 0.0
     garbage: bool = False
+
+    @cached_property
+    def list_reply(self) -> pr.ListPodResourcesResponse:
+        """The answer to List, built once per state (the server serializes it at every call).
+        Copying every pod into a new reply at every call took the fake 0.2-0.35 ms for 250
+        pods: Python's work, which a kubelet in Go does not do, in the bench's figures."""
+        return pr.ListPodResourcesResponse(pod_resources=self.pods)
 
     def pod(self, namespace: str, name: str) -> pr.PodResources | None:
         for p in self.pods:

@@ -59,12 +59,31 @@ def pci_address(text: str) -> str | None:
 
 def find_container(pods: Iterable[pr.PodResources], namespace: str, pod: str,
                    container: str) -> pr.ContainerResources | None:
-    """The container's entry among the kubelet's pods; None when the kubelet does not list it."""
+    """The container's entry among the kubelet's pods; None when the kubelet does not list it.
+    (The first pod of that name that has the container: while a StatefulSet's pod is replaced,
+    the kubelet may list the old and the new one.)"""
     for entry in pods:
-        if entry.namespace == namespace and entry.name == pod:
-            for c in entry.containers:
-                if c.name == container:
-                    return c
+        if entry.name == pod and entry.namespace == namespace:  # the name is the rarer match
+            if (found := container_in(entry, container)) is not None:
+                return found
+    return None
+
+
+def pods_by_name(pods: Iterable[pr.PodResources]) -> dict[tuple[str, str], list[pr.PodResources]]:
+    """The kubelet's pods by (namespace, name), each name's pods in the kubelet's order, so that
+    ``find_container(index.get((namespace, pod), ()), …)`` answers as a walk of all of them."""
+    index: dict[tuple[str, str], list[pr.PodResources]] = {}
+    for entry in pods:
+        index.setdefault((entry.namespace, entry.name), []).append(entry)
+    return index
+
+
+def container_in(pod: pr.PodResources | None, container: str) -> pr.ContainerResources | None:
+    """The entry of ``container`` in the kubelet's ``pod``; None when it has none (or no pod)."""
+    if pod is not None:
+        for c in pod.containers:
+            if c.name == container:
+                return c
     return None
 
 

@@ -7,18 +7,21 @@ what the runtime shows. It asks ``Get`` (one pod) and falls back to ``List`` whe
 has no ``Get`` or has it switched off. Nothing is cached across containers but the channel and
 what the kubelet supports; a failed call keeps further calls off for a while, so a hung kubelet
 costs one deadline, not one per container (a Synchronize adopting many containers would
-otherwise run past the runtime's timeout).
+otherwise run past the runtime's timeout). The one exception is ``one_list()``, a block in which
+one ``List`` answers every container: a Synchronize adopting containers that already run.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
-from nri_numa.podresources.hints import DeviceNodes, container_hints, find_container
+from nri_numa.podresources.hints import DeviceNodes, container_hints, find_container, pods_by_name
 from nri_numa.topology.model import Topology
 
 if TYPE_CHECKING:
@@ -53,6 +56,7 @@ class KubeletDeviceHints:
         self._get_off_until = 0.0
         self._failing = False  # a failure was logged; the next success says so
         self._socket_seen: bool | None = None
+        self._shared: _SharedList | None = None  # inside one_list()
 
     def __call__(self, namespace: str, pod: str, container: str) -> dict[str, frozenset[int]]:
         now = self._clock()
@@ -88,6 +92,27 @@ class KubeletDeviceHints:
             except Exception as e:  # noqa: BLE001 - the calls will say it again, softly
                 log.warning("kubelet PodResources client not ready: %s", e)
 
+    @contextmanager
+    def one_list(self) -> Iterator[None]:
+        """Within this block, on the thread that opened it, the first container asks the
+        kubelet for ``List`` and every later one is found in that same answer; on leaving it,
+        each container is asked afresh again.
+
+        For a Synchronize adopting the runtime's running containers: the kubelet gave each of
+        them its devices at its pod's admission, before the container was created, so one
+        answer taken after the Synchronize arrived holds all of them, and 100 containers cost
+        one call instead of 100 (even where the kubelet has ``Get``). Not for CreateContainers:
+        between two of them the kubelet admits new pods. A nested block uses the outer one's
+        answer."""
+        if self._shared is not None:
+            yield
+            return
+        self._shared = _SharedList(threading.get_ident())
+        try:
+            yield
+        finally:
+            self._shared = None
+
     def close(self) -> None:
         if self._client is not None:
             self._client.close()
@@ -118,6 +143,9 @@ class KubeletDeviceHints:
                    deadline: float) -> pr.ContainerResources | None:
         from nri_numa.podresources.client import PodResourcesError
 
+        shared = self._shared
+        if shared is not None and shared.thread == threading.get_ident():
+            return self._in_shared_list(shared, client, namespace, pod, container, deadline)
         if self._clock() >= self._get_off_until:
             try:
                 found = client.get(namespace, pod, timeout_s=deadline - self._clock())
@@ -129,8 +157,17 @@ class KubeletDeviceHints:
                     raise
                 log.info("kubelet has no PodResources Get (%s); using List", e)
                 self._get_off_until = self._clock() + self._recheck_get_s
-        return find_container(client.list(timeout_s=deadline - self._clock()),
-                              namespace, pod, container)
+        return client.list_container(namespace, pod, container,
+                                     timeout_s=deadline - self._clock())
+
+    def _in_shared_list(self, shared: _SharedList, client: PodResourcesClient, namespace: str,
+                        pod: str, container: str, deadline: float
+                        ) -> pr.ContainerResources | None:
+        if shared.pods is None:
+            shared.pods = pods_by_name(client.list(timeout_s=deadline - self._clock()))
+            log.debug("one kubelet List of %d pods for the containers to come",
+                      sum(map(len, shared.pods.values())))
+        return find_container(shared.pods.get((namespace, pod), ()), namespace, pod, container)
 
     def _failed(self, error: Exception, now: float) -> None:
         self._quiet_until = now + self._quiet_s
@@ -140,6 +177,14 @@ class KubeletDeviceHints:
         self._failing = True
         log.warning("%s; placing without the kubelet's device hints, asking again in %.0f s",
                     error, self._quiet_s)
+
+
+class _SharedList:
+    """The answer ``one_list()`` shares: the kubelet's pods by (namespace, name) once listed."""
+
+    def __init__(self, thread: int) -> None:
+        self.thread = thread  # calls from other threads ask afresh
+        self.pods: dict[tuple[str, str], list[pr.PodResources]] | None = None
 
 
 def hint_source(socket_path: str, topology: Topology) -> KubeletDeviceHints | None:

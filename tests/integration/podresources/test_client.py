@@ -7,6 +7,7 @@ import os
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -73,6 +74,24 @@ def test_list_get_and_allocatable(kubelet: FakeKubelet) -> None:
         assert list(allocatable.cpu_ids) == [1, 2, 3, 4, 5, 6, 7]
         assert allocatable.devices[0].topology.nodes[0].ID == 1
     assert kubelet.calls == ["List", "Get", "GetAllocatableResources"]
+
+
+def test_list_container_decodes_only_the_pod_asked_for(kubelet: FakeKubelet) -> None:
+    with PodResourcesClient(str(kubelet.socket_path)) as client:
+        main = client.list_container("ml", "trainer", "main")
+        assert main == client.list()[0].containers[0]
+        assert client.list_container("ml", "trainer", "absent") is None
+        assert client.list_container("ml", "ghost", "main") is None
+        assert client.list_container("other", "trainer", "main") is None
+    assert kubelet.calls == ["List", "List", "List", "List", "List"]
+
+
+def test_list_container_names_a_damaged_reply(kubelet: FakeKubelet) -> None:
+    kubelet.state = state(garbage=True)
+    with PodResourcesClient(str(kubelet.socket_path)) as client, \
+            pytest.raises(PodResourcesError) as raised:
+        client.list_container("ml", "trainer", "main")
+    assert raised.value.code is grpc.StatusCode.INTERNAL
 
 
 def test_get_of_an_unknown_pod_is_the_kubelets_error(kubelet: FakeKubelet) -> None:
@@ -195,6 +214,54 @@ def test_without_get_the_source_lists_and_stops_asking_get(kubelet: FakeKubelet,
     assert hints("ml", "trainer", "main") == {GPU: {1}}
     assert hints("ml", "no-topology", "main") == {GPU: {1}}
     assert kubelet.calls == ["Get", "List", "List"]
+
+
+@pytest.mark.parametrize("mode", ["enabled", "unimplemented"])
+def test_one_list_answers_every_container_of_its_block(kubelet: FakeKubelet, mode) -> None:
+    kubelet.state = state(get=mode)
+    hints = source(kubelet.socket_path)
+    with hints.one_list():
+        assert hints("ml", "trainer", "main") == {GPU: {1}}
+        kubelet.state = state(get=mode, pods=[])  # the kubelet's answer changes ...
+        assert hints("ml", "no-topology", "main") == {GPU: {1}}  # ... the block's does not
+        assert hints("ml", "trainer", "sidecar") == {}
+        assert hints("ml", "ghost", "main") == {}
+        with hints.one_list():  # nested: the same answer
+            assert hints("ml", "trainer", "main") == {GPU: {1}}
+        assert hints("ml", "trainer", "main") == {GPU: {1}}
+    assert kubelet.calls == ["List"]
+    # Outside the block every container is asked afresh, and sees the change.
+    assert hints("ml", "trainer", "main") == {}
+    assert kubelet.calls[1:] == (["Get"] if mode == "enabled" else ["Get", "List"])
+
+
+def test_one_list_serves_only_the_thread_that_opened_it(kubelet: FakeKubelet) -> None:
+    hints = source(kubelet.socket_path)
+    seen: list[dict] = []
+    with hints.one_list():
+        assert hints("ml", "trainer", "main") == {GPU: {1}}
+        other = threading.Thread(target=lambda: seen.append(hints("ml", "trainer", "main")))
+        other.start()
+        other.join(30)
+    assert seen == [{GPU: {1}}] and kubelet.calls == ["List", "Get"]
+
+
+def test_a_failed_list_in_one_list_costs_one_call(kubelet: FakeKubelet, caplog) -> None:
+    kubelet.state = state(garbage=True)
+    hints = source(kubelet.socket_path, quiet_after_failure_s=10)
+    with caplog.at_level(logging.WARNING), hints.one_list():
+        for _ in range(5):
+            assert hints("ml", "trainer", "main") == {}
+    assert kubelet.calls == ["List"]
+    assert len([r for r in caplog.records if r.levelno == logging.WARNING]) == 1
+
+
+def test_one_list_lists_nothing_when_nothing_is_asked(kubelet: FakeKubelet) -> None:
+    hints = source(kubelet.socket_path)
+    with hints.one_list():
+        pass
+    assert hints("ml", "trainer", "main") == {GPU: {1}}
+    assert kubelet.calls == ["Get"]
 
 
 def test_get_is_asked_again_after_a_while(kubelet: FakeKubelet) -> None:

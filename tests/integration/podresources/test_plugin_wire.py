@@ -157,3 +157,31 @@ def test_the_flag_defaults_to_the_kubelets_socket_and_empty_turns_it_off() -> No
     args = parser.parse_args(["run", "--pod-resources-socket", ""])
     assert args.pod_resources_socket == "" and hint_source("", machine()) is None
     assert isinstance(hint_source(DEFAULT_SOCKET, machine()), KubeletDeviceHints)
+
+
+def test_a_synchronize_asks_the_kubelet_once_for_all_its_containers(kubelet) -> None:
+    # Two running containers the plugin did not place, on every CPU: adopting them needs the
+    # kubelet's word on their devices, and one List answers for both (one_list()).
+    state = state_from_mapping({"pods": [
+        {"namespace": "default", "name": f"p{i}", "containers": [
+            {"name": "main", "devices": [{"resource": GPU, "ids": [GPU_ON_NODE_1], "numa": [1]}]}]}
+        for i in range(2)]})
+    kubelet.state = state
+    plugin = NumaPlugin(machine(), config_from_mapping(CONFIG),
+                        kubelet_hints=KubeletDeviceHints(str(kubelet.socket_path), machine(),
+                                                         budget_s=10.0))
+    sandboxes = [msg.pod(f"p{i}") for i in range(2)]
+    containers = []
+    for i, sandbox in enumerate(sandboxes):
+        c = msg.guaranteed(sandbox, "main", 1, cid=f"running-{i}")
+        c.state, c.pid = api.CONTAINER_RUNNING, 100 + i
+        c.linux.resources.cpu.cpus = "0-7"
+        containers.append(c)
+    plugin.synchronize(api.SynchronizeRequest(pods=sandboxes, containers=containers))
+    for c in containers:
+        assert plugin.containers[c.id].cpus <= NODE_1, plugin.containers[c.id]
+    assert kubelet.calls == ["List"]
+    # A container created afterwards is asked about afresh.
+    sandbox = msg.pod("p1")
+    placed(plugin.create_container(msg.create(sandbox, msg.guaranteed(sandbox, "main", 1))))
+    assert kubelet.calls == ["List", "Get"]
