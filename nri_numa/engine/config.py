@@ -149,7 +149,7 @@ class EngineConfig:
                            ("memory_manager_policy", MemoryManagerPolicy)):
             value = getattr(self, attr)
             if value not in {e.value for e in enum}:
-                raise ConfigError([f"{_camel(attr)}: {_not_one_of(value, enum)}"])
+                raise ConfigError([f"{_camel(attr)}: {not_one_of(value, enum)}"])
             set_(self, attr, enum(value))
         for attr in ("topology_manager_policy_options", "cpu_manager_policy_options",
                      "kube_reserved", "system_reserved"):
@@ -199,7 +199,7 @@ def _camel(attr: str) -> str:
     return head + "".join(w.capitalize() for w in rest)
 
 
-def _not_one_of(value: Any, enum: type[StrEnum]) -> str:
+def not_one_of(value: Any, enum: type[StrEnum]) -> str:
     return f"{value!r} is not one of {', '.join(e.value for e in enum)}"
 
 

@@ -17,7 +17,7 @@ from typing import Any
 
 from nri_numa.engine.config import (ConfigError, CpuManagerPolicy, EngineConfig,
                                     MemoryManagerPolicy, MemoryReservation, TopologyPolicy,
-                                    TopologyScope, _not_one_of)
+                                    TopologyScope, not_one_of)
 from nri_numa.engine.quantity import QuantityError, resource_amount
 from nri_numa.topology.cpulist import ListFormatError, parse_list
 
@@ -62,7 +62,7 @@ def _unknown_key(key: Any) -> str:
 def _choice(enum: type[StrEnum]) -> Callable[[str, Any], dict[str, Any]]:
     def read(key: str, raw: Any) -> dict[str, Any]:
         if raw not in {e.value for e in enum}:
-            raise _KeyProblem(_not_one_of(raw, enum))
+            raise _KeyProblem(not_one_of(raw, enum))
         return {_snake(key): enum(raw)}
     return read
 
