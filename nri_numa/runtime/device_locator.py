@@ -14,14 +14,14 @@ from __future__ import annotations
 import logging
 import os
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 from nri_numa.engine.context import GPU_RESOURCE
 from nri_numa.engine.devices import Resource
-from nri_numa.runtime.cdi import (ALL_DEVICES, NVIDIA_GPU_KIND, CdiName, CdiRegistry,
-                                  annotation_names, device_node)
+from nri_numa.runtime.cdi import (ALL_DEVICES, NVIDIA_GPU_KIND, CdiRegistry, annotation_names,
+                                  device_node)
 from nri_numa.runtime.container import DeviceNode, RuntimeContainer
 from nri_numa.runtime.device_grant import NVIDIA_MAJOR, NVIDIA_VISIBLE_DEVICES, gpus_by_minor
 from nri_numa.topology.model import Gpu, Topology
@@ -75,28 +75,34 @@ class DeviceLocator:
         return {name: devices for name, devices in held.items() if devices}
 
     def _devices(self, container: RuntimeContainer) -> list[_Found]:
-        gpus = list(self._visible_gpus(container.env.get(NVIDIA_VISIBLE_DEVICES, "")))
+        gpus = [self._gpu_named(item, by_index=True) for item in
+                container.env.get(NVIDIA_VISIBLE_DEVICES, "").split(",")]
         cdi_gpus, cdi_nodes = self._cdi_devices(container)
         gpus += cdi_gpus
         found = []
         for device in (*container.devices, *cdi_nodes):
             gpu = self._nvidia_gpu(device)
             if gpu is not None:
-                gpus.append(gpu)
+                gpus.append((gpu, True))
             else:
                 found.append(self._pci_function(device))
-        return [_Found(GPU_RESOURCE, g.uuid, g.numa_node) for g in gpus] + found
+        # A MIG instance pulls towards its GPU's node but is not the GPU: no id to hold.
+        return [_Found(GPU_RESOURCE, g.uuid if whole else None, g.numa_node)
+                for g, whole in filter(None, gpus)] + found
 
-    def _cdi_devices(self, container: RuntimeContainer) -> tuple[list[Gpu], list[DeviceNode]]:
-        """The container's CDI names: the GPUs named by UUID or index, and the nodes the spec
-        files give any other name."""
+    def _cdi_devices(self, container: RuntimeContainer
+                     ) -> tuple[list[tuple[Gpu, bool] | None], list[DeviceNode]]:
+        """The container's CDI names: the GPUs named by UUID or index (``_gpu_named``), and
+        the nodes the spec files give any other name."""
         names, problems = annotation_names(container.annotations)
         for problem in problems:
             self._report(f"container {container.name or container.id}: {problem}; not used")
-        gpus: list[Gpu] = []
+        gpus: list[tuple[Gpu, bool] | None] = []
         nodes: list[DeviceNode] = []
         for name in names:
-            gpu = self._named_gpu(name)
+            # Indices only mean NVML's under nvidia.com/gpu; UUIDs are unique whatever the kind
+            # (NVIDIA's device plugin writes its own kind).
+            gpu = self._gpu_named(name.device, by_index=name.kind == NVIDIA_GPU_KIND)
             if gpu is not None:
                 gpus.append(gpu)
             elif name.device != ALL_DEVICES and (device := self._cdi.device(name)) is not None:
@@ -104,27 +110,28 @@ class DeviceLocator:
                           if n is not None]
         return gpus, nodes
 
-    def _named_gpu(self, name: CdiName) -> Gpu | None:
-        # UUIDs are unique whatever the kind (NVIDIA's device plugin writes its own kind);
-        # indices only mean NVML's under nvidia.com/gpu. MIG instances ("MIG-…", "0:1") are
-        # not mapped by name; a spec file that lists one leads to its parent GPU's node.
-        gpu = self._gpu_by_uuid.get(name.device)
-        if gpu is None and name.kind == NVIDIA_GPU_KIND:
-            gpu = self._gpu_by_index.get(name.device)
-        return gpu
+    def _gpu_named(self, text: str, by_index: bool) -> tuple[Gpu, bool] | None:
+        """The GPU a name means and whether it is the whole GPU: a GPU UUID; with
+        ``by_index``, an NVML index, or a MIG instance as ``<GPU index>:<MIG index>`` (its GPU,
+        not whole). None for anything else: "all" spans every GPU, which says nothing about
+        where to run; MIG UUIDs (``MIG-…``) need NVML's MIG tables, which the topology does not
+        keep (docs/devices.md); a spec file that lists one still leads to its GPU's node."""
+        text = text.strip()
+        gpu = self._gpu_by_uuid.get(text)
+        if gpu is not None:
+            return gpu, True
+        if not by_index:
+            return None
+        index, colon, instance = text.partition(":")
+        if colon and not instance.isdigit():
+            return None
+        gpu = self._gpu_by_index.get(index)
+        return None if gpu is None else (gpu, not colon)
 
     def _report(self, problem: str) -> None:
         if problem not in self._reported and len(self._reported) < 1024:
             self._reported.add(problem)
             log.warning("%s", problem)
-
-    def _visible_gpus(self, value: str) -> Iterable[Gpu]:
-        # "all" spans every GPU, which says nothing about where to run; MIG ids are not mapped
-        # (docs/devices.md, "Not done").
-        for item in (v.strip() for v in value.split(",")):
-            gpu = self._gpu_by_uuid.get(item) or self._gpu_by_index.get(item)
-            if gpu is not None:
-                yield gpu
 
     def _nvidia_gpu(self, device: DeviceNode) -> Gpu | None:
         if device.type not in ("c", "u") or device.major != NVIDIA_MAJOR:

@@ -73,8 +73,10 @@ def _container(**annotations: str) -> RuntimeContainer:
     ("k8s.device-plugin.nvidia.com/gpu=GPU-aaaa", {0}),  # a UUID, whatever the kind
     ("k8s.device-plugin.nvidia.com/gpu=1", None),  # an index means NVML's only in nvidia.com/gpu
     ("nvidia.com/gpu=all", None),  # every GPU: no hint
-    ("nvidia.com/gpu=MIG-1234", None),  # MIG ids are not mapped by name
-    ("nvidia.com/gpu=0:1", None),
+    ("nvidia.com/gpu=MIG-1234", None),  # MIG UUIDs are not mapped by name
+    ("nvidia.com/gpu=1:0", {1}),  # a MIG instance by index: its GPU's node
+    ("nvidia.com/gpu=1:x", None),
+    ("k8s.device-plugin.nvidia.com/gpu=1:0", None),
     ("nvidia.com/gpu=7", None),
 ])
 def test_gpus_named_in_cdi_annotations(root, value, nodes):

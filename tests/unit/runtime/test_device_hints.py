@@ -86,7 +86,8 @@ def test_nvidia_nodes_are_gpus_by_minor(sysfs):
 @pytest.mark.parametrize("value, nodes", [
     ("GPU-bbbb", {1}), ("0", {0}), ("1,GPU-aaaa", {0, 1}), (" GPU-aaaa ", {0}),
     ("all", None), ("none", None), ("void", None), ("", None), ("MIG-1234", None),
-    ("GPU-unknown", None), ("7", None),
+    ("GPU-unknown", None), ("7", None), ("1:0", {1}), ("0:2,GPU-bbbb", {0, 1}), ("7:0", None),
+    ("0:", None), (":1", None),
 ])
 def test_nvidia_visible_devices(sysfs, value, nodes):
     hints = DeviceLocator(_machine(), sysfs).numa_hints(
@@ -115,6 +116,10 @@ def test_held_devices_are_named_as_the_resources_name_them(sysfs):
     held = DeviceLocator(_machine(), sysfs).held_devices(container, resources)
     assert held == {"nvidia.com/gpu": {"GPU-aaaa", "GPU-bbbb"}, "pci/15b3:1021": {NIC_PCI}}
     assert DeviceLocator(_machine(), sysfs).held_devices(_container(), resources) == {}
+    # A MIG instance is a part of its GPU: a hint towards the GPU's node, never the GPU held.
+    mig = _container(env={"NVIDIA_VISIBLE_DEVICES": "0:1"})
+    assert DeviceLocator(_machine(), sysfs).numa_hints(mig) == {"nvidia.com/gpu": {0}}
+    assert DeviceLocator(_machine(), sysfs).held_devices(mig, resources) == {}
 
 
 @pytest.mark.parametrize("bad, message", [
