@@ -31,7 +31,7 @@ import time
 from collections.abc import Callable
 
 from nri_numa.engine.devices.gpu_select import select_gpus
-from nri_numa.topology.model import Gpu
+from nri_numa.topology.parts import Gpu
 
 TARGETS_MS = {8: 5.0, 16: 50.0}
 

@@ -40,7 +40,7 @@ if TYPE_CHECKING:
     from nri_numa.engine.decision import Decision
     from nri_numa.engine.memory.state import MemoryState
     from nri_numa.engine.request import ContainerRequest, PodRequest
-    from nri_numa.state.checkpoint import ContainerRecord
+    from nri_numa.state.plugin_records import ContainerRecord
     from nri_numa.state.ledger import Ledger
 
 log = logging.getLogger(__name__)

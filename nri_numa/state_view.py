@@ -27,10 +27,11 @@ from nri_numa.engine.memory import MemoryState
 from nri_numa.engine.request import QosClass
 from nri_numa.hook.shared_ledger import PROCESSES_KEY
 from nri_numa.runtime.to_request import qos_from_cgroup_parent
-from nri_numa.state.checkpoint import (FILE_NAME, ContainerRecord, PodRecord, RecordError,
-                                       UntrustedCheckpoint, current_boot_id, read_envelope,
-                                       records_from_dict)
+from nri_numa.state.checkpoint import (FILE_NAME, UntrustedCheckpoint, current_boot_id,
+                                       read_envelope)
 from nri_numa.state.ledger import LEDGER_VERSION
+from nri_numa.state.plugin_records import (ContainerRecord, PodRecord, RecordError,
+                                           records_from_dict)
 from nri_numa.state.recorded_config import PAYLOAD_KEY as CONFIG_KEY
 from nri_numa.state.recorded_config import RecordedConfig
 from nri_numa.state_cgroup import CgroupReading, CpusetTree, find_cpuset_tree, locate_all, readings

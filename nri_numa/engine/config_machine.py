@@ -11,7 +11,8 @@ from nri_numa.engine.config import (PREFER_CLOSEST, ConfigError, CpuManagerPolic
                                     TopologyPolicy)
 from nri_numa.engine.request import hugepage_size_kib
 from nri_numa.topology.cpulist import format_list
-from nri_numa.topology.model import NumaNode, Topology
+from nri_numa.topology.model import Topology
+from nri_numa.topology.parts import NumaNode
 
 
 def validate_for_topology(config: EngineConfig, topology: Topology) -> None:

@@ -25,9 +25,9 @@ from nri_numa.engine.request import ContainerRequest, RequestError
 from nri_numa.hook.annotations import engine_annotations
 from nri_numa.runtime import (DeviceLocator, RuntimeContainer, RuntimePod, container_request,
                               pod_identity, pod_qos, pod_request)
-from nri_numa.state.checkpoint import (ContainerRecord, PodRecord, RecordError,
-                                       records_from_dict, records_to_dict)
 from nri_numa.state.ledger import Ledger, LedgerError
+from nri_numa.state.plugin_records import (ContainerRecord, PodRecord, RecordError,
+                                           records_from_dict, records_to_dict)
 
 PENDING_GRACE_S = 120.0  # precreate → createRuntime is well under a second; this is generous
 PROCESSES_KEY = "processes"

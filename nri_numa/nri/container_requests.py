@@ -21,7 +21,7 @@ from nri_numa.nri.records import Records
 from nri_numa.nri.session import PluginError
 from nri_numa.runtime import (DeviceLocator, RuntimeContainer, container_request, pod_identity,
                               pod_qos, pod_request, requested_devices)
-from nri_numa.state.checkpoint import PodRecord
+from nri_numa.state.plugin_records import PodRecord
 
 # (namespace, pod, container) → the kubelet's devices' NUMA nodes (PodResources API).
 KubeletHints = Callable[[str, str, str], dict[str, frozenset[int]]]

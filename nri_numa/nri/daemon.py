@@ -33,7 +33,7 @@ from nri_numa.metrics import NO_METRICS, MetricsError, MetricsServer, PluginMetr
 from nri_numa.nri.pb import api_pb2 as api
 from nri_numa.nri.plugin import NumaPlugin
 from nri_numa.nri.session import NriSession, SessionClosed
-from nri_numa.nri.wire.ttrpc import TtrpcError
+from nri_numa.nri.wire.ttrpc_message import TtrpcError
 from nri_numa.podresources import DEFAULT_SOCKET as DEFAULT_POD_RESOURCES_SOCKET
 from nri_numa.podresources.source import hint_source
 from nri_numa.runtime import DeviceGranter, DeviceLocator

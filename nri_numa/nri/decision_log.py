@@ -11,7 +11,7 @@ import logging
 
 from nri_numa.engine.decision import Placement
 from nri_numa.logs import decision_fields, refusal_fields
-from nri_numa.state.checkpoint import PodRecord
+from nri_numa.state.plugin_records import PodRecord
 from nri_numa.topology.cpulist import format_list
 
 # The plugin's modules log as one logger, the name its lines have always carried (the JSON

@@ -15,10 +15,10 @@ from nri_numa.engine.context import EngineContext
 from nri_numa.nri.decision_log import log
 from nri_numa.nri.records import Records
 from nri_numa.nri.session import PluginError
-from nri_numa.state.checkpoint import (CheckpointError, CheckpointStore, RecordError,
-                                       records_from_dict)
+from nri_numa.state.checkpoint import CheckpointError, CheckpointStore
 from nri_numa.state.encoding import Encoded, LedgerEncoder, RecordsEncoder, canonical
 from nri_numa.state.ledger import Ledger, LedgerError
+from nri_numa.state.plugin_records import RecordError, records_from_dict
 from nri_numa.state.recorded_config import (PAYLOAD_KEY, RecordedConfig,
                                             checkpoint_config_matches)
 

@@ -34,8 +34,9 @@ from nri_numa.nri.records import Records
 from nri_numa.nri.session import PluginError
 from nri_numa.runtime import (DeviceGranter, DeviceLocator, GrantError, RuntimeContainer,
                               RuntimeInputError)
-from nri_numa.state.checkpoint import CheckpointError, CheckpointStore, ContainerRecord
+from nri_numa.state.checkpoint import CheckpointError, CheckpointStore
 from nri_numa.state.ledger import Ledger, LedgerError
+from nri_numa.state.plugin_records import ContainerRecord
 from nri_numa.state.recorded_config import refuse_change
 from nri_numa.topology.cpulist import format_list
 from nri_numa.topology.model import Topology

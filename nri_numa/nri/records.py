@@ -16,8 +16,8 @@ from nri_numa.engine.decision import Placement
 from nri_numa.engine.request import ContainerRequest
 from nri_numa.nri import translate
 from nri_numa.nri.pb import api_pb2 as api
-from nri_numa.state.checkpoint import ContainerRecord, PodRecord
 from nri_numa.state.ledger import Ledger
+from nri_numa.state.plugin_records import ContainerRecord, PodRecord
 
 
 @dataclass(frozen=True)

@@ -23,7 +23,8 @@ from google.protobuf.message import DecodeError, Message
 
 from nri_numa.nri.pb import api_pb2, ttrpc_pb2
 from nri_numa.nri.wire.mux import PLUGIN_SERVICE_CONN, RUNTIME_SERVICE_CONN, ConnectionClosed, Mux
-from nri_numa.nri.wire.ttrpc import Client, Code, RawHandler, Server, TtrpcError
+from nri_numa.nri.wire.ttrpc import Client, RawHandler, Server
+from nri_numa.nri.wire.ttrpc_message import Code, TtrpcError
 
 log = logging.getLogger(__name__)
 

@@ -2,11 +2,7 @@
 needs it: to read which devices a container already got through CDI, and to name a GPU by its
 CDI name when the runtime is to inject it (docs/devices.md, "CDI").
 
-* **Names**: ``vendor/class=device`` (``nvidia.com/gpu=GPU-8f2c…``). The vendor and the class
-  start with a letter, end with a letter or digit and hold letters, digits, ``_``, ``-`` and
-  ``.``; the device starts and ends with a letter or digit and may also hold ``:``.
-* **Annotations**: device plugins and the CRI put the names a container gets in annotations
-  whose key starts with ``cdi.k8s.io/``; the value is a comma-separated list of names.
+* **Names** and **annotations**: ``nri_numa.runtime.cdi_names``.
 * **Spec files**: ``*.json`` and ``*.yaml`` directly in the spec dirs (``/etc/cdi`` then
   ``/var/run/cdi``: a later dir wins a name both define; two files of one dir defining the
   same name make it unresolvable, as in CDI's own cache). Only what locating a device needs is
@@ -29,91 +25,23 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from nri_numa.runtime.cdi_names import CdiName, CdiNameError, parse_kind, parse_name
 from nri_numa.runtime.container import DeviceNode, RuntimeInputError
 
 log = logging.getLogger(__name__)
 
-ANNOTATION_PREFIX = "cdi.k8s.io/"
 DEFAULT_SPEC_DIRS = ("/etc/cdi", "/var/run/cdi")
 SPEC_SUFFIXES = (".json", ".yaml")
 NVIDIA_GPU_KIND = "nvidia.com/gpu"
 ALL_DEVICES = "all"  # nvidia-ctk's name for every GPU: says nothing about where to run
 NODE_TYPES = ("c", "u", "b", "p")
 
-_VENDOR_OR_CLASS = re.compile(r"[A-Za-z](?:[A-Za-z0-9_.-]*[A-Za-z0-9])?")
-_DEVICE = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9_.:-]*[A-Za-z0-9])?")
 _NVIDIA_GPU_NODE = re.compile(r"/dev/nvidia\d+")
 _MAX_WARNED = 1024  # distinct bad annotation values remembered, so each is logged once
 
 
-class CdiNameError(ValueError):
-    """Not a fully qualified CDI device name; the message says which part is wrong."""
-
-
 class SpecError(ValueError):
     """A CDI spec file nri-numa cannot use; the message names the file and the problem."""
-
-
-@dataclass(frozen=True)
-class CdiName:
-    vendor: str  # nvidia.com
-    device_class: str  # gpu
-    device: str  # GPU-8f2c…, 0, all
-
-    @property
-    def kind(self) -> str:
-        return f"{self.vendor}/{self.device_class}"
-
-    def __str__(self) -> str:
-        return f"{self.kind}={self.device}"
-
-
-def parse_kind(text: str) -> tuple[str, str]:
-    """``vendor/class`` → (vendor, class); CdiNameError naming the bad part."""
-    try:
-        return _split_kind(text)
-    except CdiNameError as e:
-        raise CdiNameError(f"{text!r} is not a CDI kind: {e}") from None
-
-
-def parse_name(text: str) -> CdiName:
-    """``vendor/class=device`` → CdiName; CdiNameError naming the bad part."""
-    kind, equals, device = text.partition("=")
-    try:
-        if not equals:
-            raise CdiNameError("no '=' before the device (vendor.com/class=name)")
-        vendor, device_class = _split_kind(kind)
-        if not _DEVICE.fullmatch(device):
-            raise CdiNameError(f"device {device!r} must start and end with a letter or digit, "
-                               "and hold only letters, digits, '_', '-', '.', ':'")
-    except CdiNameError as e:
-        raise CdiNameError(f"{text!r} is not a CDI device name: {e}") from None
-    return CdiName(vendor, device_class, device)
-
-
-def _split_kind(kind: str) -> tuple[str, str]:
-    vendor, slash, device_class = kind.partition("/")
-    if not slash:
-        raise CdiNameError("no '/' between vendor and class (vendor.com/class)")
-    for what, part in (("vendor", vendor), ("class", device_class)):
-        if not _VENDOR_OR_CLASS.fullmatch(part):
-            raise CdiNameError(f"{what} {part!r} must start with a letter, end with a letter or "
-                               "digit, and hold only letters, digits, '_', '-', '.'")
-    return vendor, device_class
-
-
-def annotation_names(annotations: Mapping[str, str]) -> tuple[list[CdiName], list[str]]:
-    """The CDI names in a container's ``cdi.k8s.io/*`` annotations, and one line per value
-    that is not a name (the annotation is someone else's: it is reported, not refused)."""
-    names: list[CdiName] = []
-    problems: list[str] = []
-    for key in sorted(k for k in annotations if k.startswith(ANNOTATION_PREFIX)):
-        for item in annotations[key].split(","):
-            try:
-                names.append(parse_name(item.strip()))
-            except CdiNameError as e:
-                problems.append(f"annotation {key}: {e}")
-    return names, problems
 
 
 # --- spec files ----------------------------------------------------------------------------

@@ -20,11 +20,12 @@ from pathlib import Path
 
 from nri_numa.engine.context import GPU_RESOURCE
 from nri_numa.engine.devices import Resource
-from nri_numa.runtime.cdi import (ALL_DEVICES, NVIDIA_GPU_KIND, CdiRegistry, annotation_names,
-                                  device_node)
+from nri_numa.runtime.cdi import ALL_DEVICES, NVIDIA_GPU_KIND, CdiRegistry, device_node
+from nri_numa.runtime.cdi_names import annotation_names
 from nri_numa.runtime.container import DeviceNode, RuntimeContainer
 from nri_numa.runtime.device_grant import NVIDIA_MAJOR, NVIDIA_VISIBLE_DEVICES, gpus_by_minor
-from nri_numa.topology.model import Gpu, Topology
+from nri_numa.topology.model import Topology
+from nri_numa.topology.parts import Gpu
 from nri_numa.topology.sysfs_read import pci_address_of
 
 log = logging.getLogger(__name__)

@@ -24,7 +24,7 @@ from nri_numa.state.ledger import LEDGER_VERSION, Ledger
 from nri_numa.topology.cpulist import format_list
 
 if TYPE_CHECKING:
-    from nri_numa.state.checkpoint import ContainerRecord, PodRecord
+    from nri_numa.state.plugin_records import ContainerRecord, PodRecord
 
 # Every decision writes every record, and most records carry the same shared pool (one
 # frozenset, whose hash Python keeps): formatting it once per pool, not once per record.

@@ -17,7 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from nri_numa.state.checkpoint import CheckpointError, CheckpointStore, RecordError
+from nri_numa.state.checkpoint import CheckpointError, CheckpointStore
+from nri_numa.state.plugin_records import RecordError
 from nri_numa.topology.cpulist import ListFormatError, format_list, parse_list
 
 log = logging.getLogger(__name__)

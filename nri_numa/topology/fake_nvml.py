@@ -50,8 +50,8 @@ from pathlib import Path
 from typing import Any
 
 from nri_numa.topology import nvml
-from nri_numa.topology.model import Gpu, PciDevice
 from nri_numa.topology.nvml import PciId
+from nri_numa.topology.parts import Gpu, PciDevice
 
 from nri_numa.topology.fake_nvml_description import (  # noqa: F401  (part of this module's API)
     DRIVER_VERSION, NVSWITCH_PLACEHOLDER, DescriptionReader, FakeGpu, FakeNvmlFormatError, Link,

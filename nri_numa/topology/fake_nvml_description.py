@@ -6,8 +6,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from nri_numa.topology.model import PCIE_LEVELS, Gpu, Topology
+from nri_numa.topology.model import Topology
 from nri_numa.topology.nvml import NVSWITCH_CLASS, PciId, format_pci_address, parse_pci_address
+from nri_numa.topology.parts import PCIE_LEVELS, Gpu
 
 DRIVER_VERSION = "550.54.15"  # what descriptions derived from a topology claim
 # NVLink4 switches (HGX H100) are not on the host's PCI bus: switch links then name this.

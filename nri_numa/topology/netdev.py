@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import os
 
-from nri_numa.topology.model import Nic, PciDevice
+from nri_numa.topology.parts import Nic, PciDevice
 from nri_numa.topology.sysfs_read import PCI_ADDRESS, PathArg, pci_address_of, resolve_in_root
 
 _CLASS_NET = "sys/class/net"

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
-from nri_numa.topology.model import PCIE_LEVELS, Gpu, PciDevice
+from nri_numa.topology.parts import PCIE_LEVELS, Gpu, PciDevice
 
 NVSWITCH_CLASS = 0x068000  # PCI class of an NVSwitch ("bridge, other")
 

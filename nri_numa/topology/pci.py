@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import re
 
-from nri_numa.topology.model import PciDevice
+from nri_numa.topology.parts import PciDevice
 from nri_numa.topology.sysfs_read import (PCI_ADDRESS, PathArg, link_basename, read_hex,
                                           read_int, read_list_or_mask, resolve_in_root)
 

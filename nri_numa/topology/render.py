@@ -6,7 +6,8 @@ from collections import defaultdict
 from collections.abc import Iterable
 
 from nri_numa.topology.cpulist import format_list
-from nri_numa.topology.model import Cpu, NumaNode, PciDevice, Topology
+from nri_numa.topology.model import Topology
+from nri_numa.topology.parts import Cpu, NumaNode, PciDevice
 
 # PCI class (base class and subclass) → a word people recognise; bridges are left out of views.
 _CLASS_NAMES = {

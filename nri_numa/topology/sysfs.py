@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from nri_numa.topology.cpulist import format_list
-from nri_numa.topology.model import Cpu, HugePages, NumaNode
+from nri_numa.topology.parts import Cpu, HugePages, NumaNode
 from nri_numa.topology.sysfs_read import (PathArg, read_cpu_list, read_cpu_mask, read_int,
                                           read_list_or_mask, read_text)
 

@@ -25,9 +25,9 @@ import pytest
 
 from nri_numa.engine.config_reader import config_from_mapping
 from nri_numa.engine.context import EngineContext
-from nri_numa.state.checkpoint import (FILE_NAME, CheckpointStore, ContainerRecord, PodRecord,
-                                       machine_fingerprint, records_from_dict)
+from nri_numa.state.checkpoint import FILE_NAME, CheckpointStore, machine_fingerprint
 from nri_numa.state.ledger import Ledger
+from nri_numa.state.plugin_records import ContainerRecord, PodRecord, records_from_dict
 from nri_numa.topology import discover
 from nri_numa.topology.cpulist import format_list, parse_list
 from nri_numa.topology.model import Topology

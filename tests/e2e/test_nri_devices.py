@@ -34,7 +34,8 @@ from pathlib import Path
 import grpc
 import pytest
 
-from nri_numa.topology.model import Cpu, Gpu, NumaNode, PciDevice, Topology
+from nri_numa.topology.model import Topology
+from nri_numa.topology.parts import Cpu, Gpu, NumaNode, PciDevice
 from tests.e2e.cri import api_pb2 as cri
 from tests.e2e.harness.cgroups import CgroupLayout
 from tests.e2e.harness.containerd import ContainerdDaemon

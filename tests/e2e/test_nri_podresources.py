@@ -20,7 +20,8 @@ from pathlib import Path
 import grpc
 import pytest
 
-from nri_numa.topology.model import Cpu, Gpu, NumaNode, PciDevice, Topology
+from nri_numa.topology.model import Topology
+from nri_numa.topology.parts import Cpu, Gpu, NumaNode, PciDevice
 from tests.e2e.harness.containerd import ContainerdDaemon
 from tests.e2e.harness.cri import CriClient, Pod
 from tests.e2e.harness.image import BuiltImage

@@ -12,8 +12,9 @@ import pytest
 from nri_numa.topology.fake_nvml import (NVSWITCH_PLACEHOLDER, FakeNvmlFormatError,
                                          FakeNvmlLibrary, description_from_topology, installed,
                                          read_gpus_from_file)
-from nri_numa.topology.model import Cpu, Gpu, NumaNode, PciDevice, Topology, pcie_level
+from nri_numa.topology.model import Topology
 from nri_numa.topology.nvml import read_gpus
+from nri_numa.topology.parts import Cpu, Gpu, NumaNode, PciDevice, pcie_level
 
 NVSWITCH, GPU_CLASS = 0x068000, 0x030200
 

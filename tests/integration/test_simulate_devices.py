@@ -10,7 +10,7 @@ import yaml
 
 from nri_numa.cli import main
 from nri_numa.topology.cpulist import parse_list
-from nri_numa.topology.model import pcie_level
+from nri_numa.topology.parts import pcie_level
 from nri_numa.topology.synthetic import preset_topology
 
 CX7 = "pci/15b3:1021"

@@ -19,7 +19,7 @@ from tests.integration.lstopo_xml import run_lstopo_on_tree
 from tests.tmpfs import fast_tmp
 
 from nri_numa.topology import Topology, discover
-from nri_numa.topology.model import Nic, NumaNode, PciDevice
+from nri_numa.topology.parts import Nic, NumaNode, PciDevice
 from nri_numa.topology.synthetic import (
     FAKE_NVML_FILE,
     PRESETS,
@@ -38,7 +38,7 @@ from nri_numa.topology.synthetic import (
     write_tree,
 )
 from nri_numa.topology.synthetic.spec import GIB
-from nri_numa.topology.synthetic.sysfs_writer import kernel_mask
+from nri_numa.topology.synthetic.sysfs_tree import kernel_mask
 
 CPU = "sys/devices/system/cpu"
 NODE = "sys/devices/system/node"

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from nri_numa.topology import netdev, pci, sysfs, sysfs_read
-from nri_numa.topology.model import Cpu, NumaNode, PciDevice
+from nri_numa.topology.parts import Cpu, NumaNode, PciDevice
 from tests.integration.sysfs_tree import (CPU, NODE, Function, Machine, add_netdev, build_machine,
                                           build_pci, link, write)
 from tests.tmpfs import fast_tmp

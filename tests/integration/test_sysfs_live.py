@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from nri_numa.topology import netdev, pci, sysfs
-from nri_numa.topology.model import Cpu, Nic, NumaNode, PciDevice
+from nri_numa.topology.parts import Cpu, Nic, NumaNode, PciDevice
 from tests.integration.lstopo_xml import HwlocView, run_lstopo
 
 pytestmark = pytest.mark.lstopo

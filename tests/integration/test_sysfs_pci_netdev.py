@@ -8,7 +8,7 @@ import pyroute2
 import pytest
 
 from nri_numa.topology import netdev, pci
-from nri_numa.topology.model import Nic, PciDevice, pcie_level
+from nri_numa.topology.parts import Nic, PciDevice, pcie_level
 from tests.integration.sysfs_tree import (Function, add_netdev, add_sriov, build_pci, link,
                                           write)
 from tests.tmpfs import fast_tmp

@@ -3,8 +3,8 @@ from dataclasses import replace
 
 import pytest
 
-from nri_numa.topology.model import (Cpu, Gpu, HugePages, Nic, NumaNode, PciDevice, Topology,
-                                     TopologyFormatError, pcie_level)
+from nri_numa.topology.model import Topology, TopologyFormatError
+from nri_numa.topology.parts import Cpu, Gpu, HugePages, Nic, NumaNode, PciDevice, pcie_level
 
 
 def small_topology() -> Topology:

@@ -9,8 +9,8 @@ import pynvml
 import pytest
 
 from nri_numa.topology.fake_nvml import FakeNvmlLibrary, installed
-from nri_numa.topology.model import PciDevice
 from nri_numa.topology.nvml import format_pci_address, parse_pci_address, read_gpus
+from nri_numa.topology.parts import PciDevice
 
 A, B, C = "0000:1b:00.0", "0000:43:00.0", "0000:52:00.0"
 SWITCH = "0000:c4:00.0"

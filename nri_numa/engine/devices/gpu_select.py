@@ -41,7 +41,8 @@ from itertools import combinations
 
 from nri_numa.engine.bitmask import bits
 from nri_numa.engine.devices import Chooser, sorted_ids
-from nri_numa.topology.model import Gpu, Topology, pcie_level
+from nri_numa.topology.model import Topology
+from nri_numa.topology.parts import Gpu, pcie_level
 
 NVLINK_SCORE = 100  # per NVLink between the two GPUs
 PCIE_SCORES = {"internal": 60, "single": 50, "multiple": 40, "hostbridge": 30, "node": 20,

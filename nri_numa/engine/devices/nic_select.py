@@ -1,6 +1,6 @@
 """Which NICs to give a container: the ones nearest, over PCIe, to the GPUs it got.
 
-A NIC's distance to a GPU is their PCIe level (``model.pcie_level``): the same PCIe switch first
+A NIC's distance to a GPU is their PCIe level (``parts.pcie_level``): the same PCIe switch first
 (``single``, then ``multiple`` for a deeper tree under one root port), then the same host bridge,
 then the same NUMA node, then anything (across sockets, or locality unknown). A NIC's tier is its
 distance to the nearest of the container's GPUs; NICs are taken by tier, and within a tier the
@@ -19,7 +19,8 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
 from nri_numa.engine.devices import Chooser, device_id_key
-from nri_numa.topology.model import PCIE_LEVELS, Gpu, PciDevice, Topology, pcie_level
+from nri_numa.topology.model import Topology
+from nri_numa.topology.parts import PCIE_LEVELS, Gpu, PciDevice, pcie_level
 
 UNKNOWN_TIER = len(PCIE_LEVELS)  # after every PCIe level
 

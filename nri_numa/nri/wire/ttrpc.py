@@ -8,14 +8,15 @@ larger than the last one, so a stream id is taken and its request written in one
 ``Client`` waits for responses by stream id with a deadline. ``Server`` runs handlers on a small
 pool of worker threads, or on the mux reader for the methods it is told are quick, and turns
 failures into ttrpc status codes.
+
+The messages themselves (header, encoding, cutting a byte stream, status codes and the error
+that carries one) are in ``ttrpc_message``.
 """
 
 from __future__ import annotations
 
-import enum
 import logging
 import queue
-import struct
 import threading
 import time
 from collections.abc import Callable, Collection, Mapping
@@ -25,103 +26,21 @@ from google.protobuf.message import DecodeError
 
 from nri_numa.nri.pb import ttrpc_pb2
 from nri_numa.nri.wire.mux import ConnectionClosed, Mux
+from nri_numa.nri.wire.ttrpc_message import (
+    MAX_MESSAGE_SIZE,
+    Code,
+    Message,
+    MessageDecoder,
+    MessageType,
+    TtrpcError,
+    oversize_text,
+    encode_message,
+)
 
 log = logging.getLogger(__name__)
 
-HEADER = struct.Struct(">IIBB")
-MAX_MESSAGE_SIZE = 4 << 20
 MAX_STREAM_ID = 0xFFFFFFFF
 DEFAULT_WORKERS = 4
-
-
-class MessageType(enum.IntEnum):
-    REQUEST = 1
-    RESPONSE = 2
-    DATA = 3  # ttrpc >= 1.2 streaming; NRI never uses it
-
-
-class Code(enum.IntEnum):
-    """The gRPC status codes ttrpc and NRI use."""
-
-    OK = 0
-    UNKNOWN = 2
-    INVALID_ARGUMENT = 3
-    DEADLINE_EXCEEDED = 4
-    RESOURCE_EXHAUSTED = 8
-    UNIMPLEMENTED = 12
-
-
-class TtrpcError(Exception):
-    """A call that ended with a non-OK status, from the peer or decided locally (deadline, size)."""
-
-    def __init__(self, code: int, message: str) -> None:
-        self.code = code
-        self.message = message
-        super().__init__(f"{_code_name(code)} (code {code}): {message}")
-
-
-@dataclass(frozen=True)
-class MessageHeader:
-    length: int
-    stream_id: int
-    type: int
-    flags: int = 0
-
-    def encode(self) -> bytes:
-        return HEADER.pack(self.length, self.stream_id, self.type, self.flags)
-
-    @classmethod
-    def decode(cls, data: bytes) -> MessageHeader:
-        return cls(*HEADER.unpack(data))
-
-
-@dataclass(frozen=True)
-class Message:
-    """One ttrpc message. ``oversized`` ones arrive without their body, which was skipped."""
-
-    header: MessageHeader
-    body: bytes
-    oversized: bool = False
-
-
-def encode_message(stream_id: int, message_type: MessageType, body: bytes) -> bytes:
-    if len(body) > MAX_MESSAGE_SIZE:
-        raise TtrpcError(Code.RESOURCE_EXHAUSTED, _oversize_text(len(body)))
-    return MessageHeader(len(body), stream_id, message_type).encode() + body
-
-
-class MessageDecoder:
-    """Cuts ttrpc messages out of one connection's byte stream, whatever the frame boundaries."""
-
-    def __init__(self, max_size: int = MAX_MESSAGE_SIZE) -> None:
-        self._max_size = max_size
-        self._buffer = bytearray()
-        self._skip = 0  # body bytes of an oversized message still to throw away
-
-    def feed(self, data: bytes) -> list[Message]:
-        self._buffer += data
-        messages: list[Message] = []
-        while True:
-            if self._skip:
-                dropped = min(self._skip, len(self._buffer))
-                del self._buffer[:dropped]
-                self._skip -= dropped
-                if self._skip:
-                    return messages
-            if len(self._buffer) < HEADER.size:
-                return messages
-            header = MessageHeader.decode(bytes(self._buffer[: HEADER.size]))
-            if header.length > self._max_size:
-                # Like ttrpc: skip the body without holding it, then report it so it can be refused.
-                del self._buffer[: HEADER.size]
-                self._skip = header.length
-                messages.append(Message(header, b"", oversized=True))
-                continue
-            end = HEADER.size + header.length
-            if len(self._buffer) < end:
-                return messages
-            messages.append(Message(header, bytes(self._buffer[HEADER.size : end])))
-            del self._buffer[:end]
 
 
 @dataclass
@@ -155,7 +74,7 @@ class Client:
         )
         body = request.SerializeToString()
         if len(body) > MAX_MESSAGE_SIZE:
-            raise TtrpcError(Code.RESOURCE_EXHAUSTED, _oversize_text(len(body)))
+            raise TtrpcError(Code.RESOURCE_EXHAUSTED, oversize_text(len(body)))
         stream_id, pending = self._send_request(body)
         if not pending.done.wait(timeout):
             with self._pending_lock:
@@ -204,7 +123,7 @@ class Client:
             log.warning("dropping ttrpc response on inactive stream %d", header.stream_id)
             return
         if message.oversized:
-            pending.error = TtrpcError(Code.RESOURCE_EXHAUSTED, _oversize_text(header.length))
+            pending.error = TtrpcError(Code.RESOURCE_EXHAUSTED, oversize_text(header.length))
         else:
             pending.body = message.body
         pending.done.set()
@@ -294,7 +213,7 @@ class Server:
         if stream_id <= self._last_stream_id:
             return TtrpcError(Code.INVALID_ARGUMENT, "StreamID cannot be re-used and must increment")
         if message.oversized:
-            return TtrpcError(Code.RESOURCE_EXHAUSTED, _oversize_text(message.header.length))
+            return TtrpcError(Code.RESOURCE_EXHAUSTED, oversize_text(message.header.length))
         return None
 
     def _serve(self, stream_id: int, request: ttrpc_pb2.Request) -> None:
@@ -335,7 +254,7 @@ class Server:
     def _respond(self, stream_id: int, response: ttrpc_pb2.Response) -> None:
         body = response.SerializeToString()
         if len(body) > MAX_MESSAGE_SIZE:
-            status = ttrpc_pb2.Status(code=Code.RESOURCE_EXHAUSTED, message=_oversize_text(len(body)))
+            status = ttrpc_pb2.Status(code=Code.RESOURCE_EXHAUSTED, message=oversize_text(len(body)))
             body = ttrpc_pb2.Response(status=status).SerializeToString()
         try:
             self._mux.send(self._conn_id, encode_message(stream_id, MessageType.RESPONSE, body))
@@ -404,14 +323,3 @@ def _warn_if_late(request: ttrpc_pb2.Request, elapsed: float) -> None:
             "%s/%s took %.3f s, past the caller's %.3f s deadline: the runtime has given up on it",
             request.service, request.method, elapsed, request.timeout_nano / 1e9,
         )
-
-
-def _oversize_text(length: int) -> str:
-    return f"message length {length} exceeds maximum message size of {MAX_MESSAGE_SIZE}"
-
-
-def _code_name(code: int) -> str:
-    try:
-        return Code(code).name
-    except ValueError:
-        return "CODE"

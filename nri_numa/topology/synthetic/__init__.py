@@ -1,6 +1,7 @@
 """Synthetic machines: describe one (``MachineSpec``), build its ``Topology``, write it as a fake
 sysfs tree with a fake NVML description that ``discover`` reads back to the same ``Topology``."""
 
+from nri_numa.topology.discover import FAKE_NVML_FILE
 from nri_numa.topology.synthetic.build import build_topology, gpu_uuid
 from nri_numa.topology.synthetic.presets import PRESETS, Preset, preset_topology
 from nri_numa.topology.synthetic.spec import (
@@ -19,7 +20,7 @@ from nri_numa.topology.synthetic.spec import (
     SmtLayout,
     SpecError,
 )
-from nri_numa.topology.synthetic.sysfs_writer import FAKE_NVML_FILE, WriteTreeError, write_tree
+from nri_numa.topology.synthetic.sysfs_writer import WriteTreeError, write_tree
 
 __all__ = [
     "FAKE_NVML_FILE", "PRESETS", "CpulessNodeSpec", "DistanceSpec", "GpuSpec", "MachineSpec",

@@ -13,8 +13,9 @@ from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from nri_numa.topology.model import Cpu, Gpu, HugePages, Nic, NumaNode, PciDevice, Topology, pcie_level
+from nri_numa.topology.model import Topology
 from nri_numa.topology.nvml import NVSWITCH_CLASS
+from nri_numa.topology.parts import Cpu, Gpu, HugePages, Nic, NumaNode, PciDevice, pcie_level
 from nri_numa.topology.synthetic.spec import (
     HUGEPAGE_SIZES_KIB,
     MachineSpec,

@@ -4,20 +4,23 @@ The writer starts from a ``Topology``, never from a spec, so a machine captured 
 ``nri-numa topology --json`` becomes a tree as readily as a preset. What the model does not keep
 (cache sizes, kernel core ids, MAC addresses) is filled in with plausible values that no reader
 of ours depends on. Links are relative, so a tree still works after it is moved.
+
+CPUs, caches and NUMA nodes are written here; PCI, network and RDMA devices and GPUs in
+``sysfs_devices``, through the file writer of ``sysfs_tree``.
 """
 
 from __future__ import annotations
 
-import json
-import os
 import re
 from collections import defaultdict
 from collections.abc import Callable, Hashable, Iterable
 from pathlib import Path
 
 from nri_numa.topology.cpulist import format_list
-from nri_numa.topology.discover import FAKE_NVML_FILE
-from nri_numa.topology.model import Cpu, NumaNode, PciDevice, Topology
+from nri_numa.topology.model import Topology
+from nri_numa.topology.parts import Cpu, NumaNode
+from nri_numa.topology.synthetic.sysfs_devices import write_gpus, write_netdevs, write_pci
+from nri_numa.topology.synthetic.sysfs_tree import SysfsTree, kernel_mask
 from nri_numa.topology.sysfs_read import PCI_ADDRESS
 
 _KERNEL_MAX = 8191  # NR_CPUS - 1 of distribution kernels
@@ -25,9 +28,6 @@ _DEFAULT_HUGEPAGE_KIB = 2048  # the size the HugePages_* lines of meminfo count
 _L1D, _L1I, _L2, _L3_PER_CORE = "48K", "32K", "2048K", 2048  # KiB
 _HOST_BRIDGE = re.compile(r"pci[0-9a-f]{4,8}:[0-9a-f]{2}")
 _SAFE_NAME = re.compile(r"[^/\x00]{1,64}")
-_INFINIBAND_CLASS = 0x0207
-_PCI_BRIDGE_CLASS = 0x0604
-_ARPHRD = {"ether": 1, "infiniband": 32}
 
 
 class WriteTreeError(ValueError):
@@ -38,15 +38,15 @@ def write_tree(topology: Topology, root: Path) -> None:
     """Write ``root/sys/…`` (and ``root/proc/…``, ``root/fake-nvml.json`` for GPUs) so that
     ``discover(root)`` returns ``topology`` again."""
     _check(topology)
-    out = _Tree(Path(root))
+    out = SysfsTree(Path(root))
     width = max((c.id for c in topology.cpus), default=0) + 1  # nr_cpu_ids sizes every mask
     _write_cpus(out, topology, width)
     _write_nodes(out, topology, width)
     _write_hugepage_totals(out, topology.numa_nodes)
-    _write_pci(out, topology, width)
-    _write_netdevs(out, topology)
+    write_pci(out, topology, width)
+    write_netdevs(out, topology)
     if topology.gpus:
-        _write_gpus(out, topology)
+        write_gpus(out, topology)
 
 
 # --- checks ---------------------------------------------------------------------------------------
@@ -86,56 +86,6 @@ def _check(topology: Topology) -> None:
         if gpu.pci_address not in addresses:
             raise WriteTreeError(f"GPU {gpu.index} sits on PCI device {gpu.pci_address}, which the "
                                  f"topology does not list")
-
-
-# --- the file writer ------------------------------------------------------------------------------
-
-
-class _Tree:
-    """Writes files and relative links under a root, creating each folder once."""
-
-    def __init__(self, root: Path) -> None:
-        self.root = root
-        self._made: set[str] = set()
-
-    def _folder(self, relative: str) -> None:
-        if relative not in self._made:
-            os.makedirs(os.path.join(self.root, relative), exist_ok=True)
-            self._made.add(relative)
-
-    def file(self, relative: str, value: object) -> None:
-        self.raw(relative, f"{value}\n".encode())
-
-    def raw(self, relative: str, data: bytes) -> None:
-        self._folder(os.path.dirname(relative))
-        # os.open over open(): a 1024-CPU tree is ~40k files, and the buffered file object
-        # roughly doubles the cost of each.
-        fd = os.open(os.path.join(self.root, relative), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-        try:
-            os.write(fd, data)
-        finally:
-            os.close(fd)
-
-    def link(self, relative: str, target: str) -> None:
-        """``relative`` → ``target``, both relative to the root; the link itself is relative."""
-        folder = os.path.dirname(relative)
-        self._folder(folder)
-        os.symlink(os.path.relpath(target, folder), os.path.join(self.root, relative))
-
-    def folder(self, relative: str) -> None:
-        self._folder(relative)
-
-
-def kernel_mask(ids: Iterable[int], width: int) -> str:
-    """A cpumask as the kernel's %*pb prints it: exactly ``width`` bits in hex, 32-bit groups
-    most significant first, the leading group only as wide as it needs (``3``, ``0000,ffffffff``)."""
-    value = 0
-    for i in ids:
-        value |= 1 << i
-    digits = f"{value:0{-(-width // 4)}x}"
-    head = len(digits) % 8 or 8
-    groups = [digits[:head]] + [digits[i:i + 8] for i in range(head, len(digits), 8)]
-    return ",".join(groups)
 
 
 # --- CPUs -----------------------------------------------------------------------------------------
@@ -185,7 +135,7 @@ def _core_key(c: Cpu) -> Hashable:
     return c.core if c.core is not None else ("cpu", c.id)
 
 
-def _write_cpus(out: _Tree, topology: Topology, width: int) -> None:
+def _write_cpus(out: SysfsTree, topology: Topology, width: int) -> None:
     every = [c.id for c in topology.cpus]
     online = [c for c in topology.cpus if c.online]
     out.file(f"{_CPU}/online", format_list(c.id for c in online))
@@ -214,7 +164,7 @@ def _cpuinfo(online: list[Cpu]) -> str:
                      for c in online)
 
 
-def _write_cpu_topology(out: _Tree, folder: str, c: Cpu, groups: _CpuGroups, width: int) -> None:
+def _write_cpu_topology(out: SysfsTree, folder: str, c: Cpu, groups: _CpuGroups, width: int) -> None:
     """Each group the model leaves unknown (None) is left out, as older kernels leave it out."""
     lists: list[tuple[str, list[int]]] = []
     if c.socket is not None:
@@ -235,7 +185,7 @@ def _write_cpu_topology(out: _Tree, folder: str, c: Cpu, groups: _CpuGroups, wid
         out.file(f"{folder}/{name}", kernel_mask(ids, width))
 
 
-def _write_caches(out: _Tree, folder: str, c: Cpu, groups: _CpuGroups, width: int) -> None:
+def _write_caches(out: SysfsTree, folder: str, c: Cpu, groups: _CpuGroups, width: int) -> None:
     core = groups.core[_core_key(c)]
     core_index = groups.core_index[_core_key(c)]
     caches = [(1, "Data", _L1D, core, core_index), (1, "Instruction", _L1I, core, core_index),
@@ -256,7 +206,7 @@ def _write_caches(out: _Tree, folder: str, c: Cpu, groups: _CpuGroups, width: in
 # --- NUMA nodes and hugepages ---------------------------------------------------------------------
 
 
-def _write_nodes(out: _Tree, topology: Topology, width: int) -> None:
+def _write_nodes(out: SysfsTree, topology: Topology, width: int) -> None:
     nodes = topology.numa_nodes  # ascending id: the column order of every `distance` row
     ids = [n.id for n in nodes]
     out.file(f"{_NODE}/online", format_list(ids))
@@ -296,7 +246,7 @@ def _meminfo(node: NumaNode) -> str:
     ))
 
 
-def _write_hugepage_totals(out: _Tree, nodes: Iterable[NumaNode]) -> None:
+def _write_hugepage_totals(out: SysfsTree, nodes: Iterable[NumaNode]) -> None:
     totals: dict[int, list[int]] = defaultdict(lambda: [0, 0])
     for node in nodes:
         for size, pages in node.hugepages.items():
@@ -308,123 +258,3 @@ def _write_hugepage_totals(out: _Tree, nodes: Iterable[NumaNode]) -> None:
         out.file(f"{folder}/free_hugepages", free)
         out.file(f"{folder}/surplus_hugepages", 0)
         out.file(f"{folder}/resv_hugepages", 0)
-
-
-# --- PCI, network and RDMA devices ----------------------------------------------------------------
-
-
-def _device_path(d: PciDevice) -> str:
-    if d.host_bridge is None:
-        # Only flattened dumps (hwloc-gather-topology copies) lack the host bridge; the folder
-        # then sits in sys/bus/pci/devices itself, as in those dumps.
-        return f"sys/bus/pci/devices/{d.address}"
-    return "/".join(("sys/devices", d.host_bridge, *d.bridges, d.address))
-
-
-def _bus(address: str) -> int:
-    return int(address.split(":")[1], 16)
-
-
-def _bridge_buses(devices: Iterable[PciDevice]) -> dict[str, tuple[int, int]]:
-    """Bridge address → (secondary, subordinate) bus: the bus right below it and the last
-    bus anywhere below it."""
-    secondary: dict[str, int] = {}
-    subordinate: dict[str, int] = defaultdict(int)
-    for d in devices:
-        if d.bridges:
-            secondary.setdefault(d.bridges[-1], _bus(d.address))
-        for bridge in d.bridges:
-            subordinate[bridge] = max(subordinate[bridge], _bus(d.address))
-    return {b: (secondary[b], subordinate[b]) for b in secondary}
-
-
-def _config_space(d: PciDevice, buses: tuple[int, int] | None) -> bytes:
-    """The first 64 bytes of config space, which is what an unprivileged read gets. hwloc
-    learns the PCI tree from the bus numbers of bridge headers (type 1), not from sysfs paths."""
-    config = bytearray(64)
-    config[0:4] = d.vendor.to_bytes(2, "little") + d.device.to_bytes(2, "little")
-    config[9:12] = d.class_code.to_bytes(3, "little")  # prog-if, subclass, base class
-    if d.class_code >> 8 == _PCI_BRIDGE_CLASS:
-        config[0x0E] = 1
-        config[0x18:0x1B] = bytes((_bus(d.address), *(buses or (0, 0))))
-    return bytes(config)
-
-
-def _write_pci(out: _Tree, topology: Topology, width: int) -> None:
-    paths = {d.address: _device_path(d) for d in topology.pci_devices}
-    buses = _bridge_buses(topology.pci_devices)
-    for d in topology.pci_devices:
-        path = paths[d.address]
-        out.raw(f"{path}/config", _config_space(d, buses.get(d.address)))
-        out.file(f"{path}/class", f"0x{d.class_code:06x}")
-        out.file(f"{path}/vendor", f"0x{d.vendor:04x}")
-        out.file(f"{path}/device", f"0x{d.device:04x}")
-        out.file(f"{path}/numa_node", -1 if d.numa_node is None else d.numa_node)
-        out.file(f"{path}/local_cpulist", format_list(d.local_cpus))
-        out.file(f"{path}/local_cpus", kernel_mask(d.local_cpus, width))
-        if d.driver is not None:
-            out.folder(f"sys/bus/pci/drivers/{d.driver}")
-            out.link(f"{path}/driver", f"sys/bus/pci/drivers/{d.driver}")
-        if d.virtfns:
-            out.file(f"{path}/sriov_totalvfs", len(d.virtfns))
-            out.file(f"{path}/sriov_numvfs", len(d.virtfns))
-        for i, vf in enumerate(d.virtfns):
-            out.link(f"{path}/virtfn{i}", paths.get(vf, f"sys/bus/pci/devices/{vf}"))
-        if d.physfn is not None:
-            out.link(f"{path}/physfn", paths.get(d.physfn, f"sys/bus/pci/devices/{d.physfn}"))
-        if d.host_bridge is not None:
-            out.link(f"sys/bus/pci/devices/{d.address}", path)
-
-
-def _write_netdevs(out: _Tree, topology: Topology) -> None:
-    paths = {d.address: _device_path(d) for d in topology.pci_devices}
-    classes = {d.address: d.class_code for d in topology.pci_devices}
-    for ifindex, nic in enumerate(topology.nics, start=2):  # 1 is lo
-        if nic.pci_address is None:
-            folder = f"sys/devices/virtual/net/{nic.name}"
-        else:
-            folder = f"{paths[nic.pci_address]}/net/{nic.name}"
-            out.link(f"{folder}/device", paths[nic.pci_address])
-        infiniband = nic.pci_address is not None and classes[nic.pci_address] >> 8 == _INFINIBAND_CLASS
-        out.file(f"{folder}/ifindex", ifindex)
-        out.file(f"{folder}/type", _ARPHRD["infiniband" if infiniband else "ether"])
-        out.file(f"{folder}/address", _link_address(ifindex, infiniband))
-        out.link(f"sys/class/net/{nic.name}", folder)
-    rdma = {(nic.pci_address, name) for nic in topology.nics if nic.pci_address for name in nic.rdma}
-    for address, name in sorted(rdma):
-        folder = f"{paths[address]}/infiniband/{name}"
-        out.file(f"{folder}/node_type", "1: CA")
-        out.link(f"{folder}/device", paths[address])
-        out.link(f"sys/class/infiniband/{name}", folder)
-
-
-def _link_address(ifindex: int, infiniband: bool) -> str:
-    """A locally administered MAC, or a 20-byte IPoIB address (QPN, then the port GID)."""
-    tail = [(ifindex >> 8) & 0xFF, ifindex & 0xFF]
-    octets = ([0x00, 0x00, 0x10, 0x49, 0xFE, 0x80] + [0] * 6 + [0x02, 0x00, 0x00, 0xFF, 0xFE, 0x00] + tail
-              if infiniband else [0x02, 0x00, 0x00, 0x00] + tail)
-    return ":".join(f"{o:02x}" for o in octets)
-
-
-# --- GPUs -----------------------------------------------------------------------------------------
-
-
-def _write_gpus(out: _Tree, topology: Topology) -> None:
-    # Imported here: fake_nvml is needed only for trees with GPUs.
-    from nri_numa.topology.fake_nvml_description import description_from_topology
-
-    (out.root / FAKE_NVML_FILE).write_text(json.dumps(description_from_topology(topology)))
-    for gpu in topology.gpus:
-        # What the NVIDIA driver shows per GPU: the only minor ↔ PCI map without NVML.
-        out.file(f"proc/driver/nvidia/gpus/{gpu.pci_address}/information", "\n".join((
-            f"Model: \t\t {gpu.name or 'NVIDIA GPU'}",
-            "IRQ:   \t\t 0",
-            f"GPU UUID: \t {gpu.uuid}",
-            "Video BIOS: \t ??.??.??.??.??",
-            "Bus Type: \t PCIe",
-            "DMA Size: \t 52 bits",
-            "DMA Mask: \t 0xfffffffffffff",
-            f"Bus Location: \t {gpu.pci_address}",
-            f"Device Minor: \t {'?' if gpu.minor is None else gpu.minor}",
-            "GPU Excluded:\t No",
-        )))

@@ -11,7 +11,8 @@ from nri_numa.engine.config_reader import config_from_mapping
 from nri_numa.nri.pb import api_pb2 as api
 from nri_numa.nri.plugin import NumaPlugin
 from nri_numa.state.checkpoint import CheckpointStore, machine_fingerprint
-from nri_numa.topology.model import Cpu, Gpu, NumaNode, PciDevice, Topology
+from nri_numa.topology.model import Topology
+from nri_numa.topology.parts import Cpu, Gpu, NumaNode, PciDevice
 from tests import nri_messages as msg
 from tests.tmpfs import fast_tmp
 

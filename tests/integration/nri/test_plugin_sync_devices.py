@@ -13,7 +13,8 @@ from nri_numa.engine.context import GPU_RESOURCE
 from nri_numa.nri.pb import api_pb2 as api
 from nri_numa.nri.plugin import NumaPlugin
 from nri_numa.state.checkpoint import CheckpointStore, machine_fingerprint
-from nri_numa.topology.model import Gpu, PciDevice, Topology
+from nri_numa.topology.model import Topology
+from nri_numa.topology.parts import Gpu, PciDevice
 from tests import nri_messages as msg
 from tests.integration.nri.plugin_env import CONFIG, create, machine
 from tests.integration.nri.plugin_env import state_dir  # noqa: F401 (a fixture)

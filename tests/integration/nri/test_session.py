@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from nri_numa.nri import session as session_module
 from nri_numa.nri.pb import api_pb2, ttrpc_pb2
 from nri_numa.nri.session import NriSession, PluginError, SessionClosed
-from nri_numa.nri.wire.ttrpc import Code, TtrpcError
+from nri_numa.nri.wire.ttrpc_message import Code, TtrpcError
 from tests.integration.nri.fake_runtime import FRAME, CallFailed, FakeRuntime, byte_split
 
 # nri-wire.md §4: RegisterPlugin{"proto", "10"} with a 5 s deadline, as captured against containerd.

@@ -11,7 +11,8 @@ from nri_numa.engine.allocations import (Allocations, AllocationsError, Containe
 from nri_numa.engine.hints import Hint
 from nri_numa.engine.memory import MemoryState
 from nri_numa.topology.cpulist import parse_list
-from nri_numa.topology.model import HugePages, NumaNode, Topology
+from nri_numa.topology.model import Topology
+from nri_numa.topology.parts import HugePages, NumaNode
 
 ONLINE = parse_list("0-7")
 GIB = 1 << 30

@@ -11,7 +11,8 @@ from nri_numa.engine.config import (ConfigError, CpuManagerOptions, CpuManagerPo
                                     TopologyScope)
 from nri_numa.engine.config_machine import validate_for_topology
 from nri_numa.engine.config_reader import KNOWN_KEYS, config_from_mapping
-from nri_numa.topology.model import Cpu, HugePages, NumaNode, Topology
+from nri_numa.topology.model import Topology
+from nri_numa.topology.parts import Cpu, HugePages, NumaNode
 
 GI = 2**30
 STATIC = {"cpuManagerPolicy": "static", "reservedSystemCPUs": "0"}

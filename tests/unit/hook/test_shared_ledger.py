@@ -13,7 +13,7 @@ from nri_numa.hook.shared_ledger import (PENDING_GRACE_S, Move, ProcessRecord, R
                                          SharedLedger, StateError)
 from nri_numa.runtime import DeviceLocator
 from nri_numa.runtime.oci_spec import runtime_container
-from nri_numa.state.checkpoint import RecordError
+from nri_numa.state.plugin_records import RecordError
 from nri_numa.topology.synthetic import preset_topology
 
 MIB = 1 << 20

@@ -12,8 +12,8 @@ from nri_numa.engine.manifest import container_from_resources
 from nri_numa.engine.request import PodRequest
 from nri_numa.nri import decision_log
 from nri_numa.nri.records import Records
-from nri_numa.state.checkpoint import ContainerRecord, PodRecord
 from nri_numa.state.ledger import Ledger
+from nri_numa.state.plugin_records import ContainerRecord, PodRecord
 from nri_numa.topology.cpulist import format_list
 from tests.integration.nri.plugin_env import CONFIG, machine
 

@@ -15,16 +15,14 @@ from hypothesis import strategies as st
 
 from nri_numa.nri.pb import ttrpc_pb2
 from nri_numa.nri.wire.mux import ConnectionClosed, Mux
-from nri_numa.nri.wire.ttrpc import (
+from nri_numa.nri.wire.ttrpc import Client, RawHandler, Server
+from nri_numa.nri.wire.ttrpc_message import (
     HEADER,
     MAX_MESSAGE_SIZE,
-    Client,
     Code,
     MessageDecoder,
     MessageHeader,
     MessageType,
-    RawHandler,
-    Server,
     TtrpcError,
     encode_message,
 )

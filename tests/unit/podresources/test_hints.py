@@ -6,7 +6,8 @@ import pytest
 
 from nri_numa.podresources.hints import DeviceNodes, container_hints, find_container, pci_address
 from nri_numa.podresources.pb import api_pb2 as pr
-from nri_numa.topology.model import Cpu, Gpu, NumaNode, PciDevice, Topology
+from nri_numa.topology.model import Topology
+from nri_numa.topology.parts import Cpu, Gpu, NumaNode, PciDevice
 
 GPU0, GPU1 = "GPU-aaaa-node0", "GPU-bbbb-node1"
 

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from nri_numa.runtime.cdi import (CdiName, CdiNameError, CdiNode, CdiRegistry, SpecError,
-                                  annotation_names, device_node, host_device, parse_name,
+from nri_numa.runtime.cdi import (CdiNode, CdiRegistry, SpecError, device_node, host_device,
                                   read_spec, runtime_applies_cdi)
+from nri_numa.runtime.cdi_names import CdiName, CdiNameError, annotation_names, parse_name
 
 UUID = "GPU-4a1b2c3d-0000-1111-2222-333344445555"
 

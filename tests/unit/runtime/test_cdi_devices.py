@@ -18,7 +18,8 @@ from nri_numa.runtime import (DeviceGranter, DeviceLocator, GrantedNode, GrantEr
                               RuntimeContainer, RuntimePod)
 from nri_numa.runtime.cdi import CdiRegistry
 from nri_numa.runtime.device_grant import NVIDIA_MAJOR, UVERBS_CLASS
-from nri_numa.topology.model import Cpu, Gpu, NumaNode, PciDevice, Topology
+from nri_numa.topology.model import Topology
+from nri_numa.topology.parts import Cpu, Gpu, NumaNode, PciDevice
 from nri_numa.topology.synthetic import preset_topology
 
 FPGA_PCI = "0000:c1:00.0"

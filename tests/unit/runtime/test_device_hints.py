@@ -10,7 +10,8 @@ import pytest
 
 from nri_numa.engine.devices import Device, Resource
 from nri_numa.runtime import DeviceLocator, DeviceNode, RuntimeContainer, RuntimePod
-from nri_numa.topology.model import Cpu, Gpu, NumaNode, PciDevice, Topology
+from nri_numa.topology.model import Topology
+from nri_numa.topology.parts import Cpu, Gpu, NumaNode, PciDevice
 
 NVME_PCI = "0000:41:00.0"
 NIC_PCI = "0000:c1:00.1"

@@ -19,10 +19,11 @@ import pytest
 
 from nri_numa.engine.request import ContainerRequest
 from nri_numa.state import checkpoint as cp
-from nri_numa.state.checkpoint import (CheckpointError, CheckpointStore, ContainerRecord,
-                                       PodRecord, RecordError, machine_fingerprint,
-                                       records_from_dict, records_to_dict)
-from nri_numa.topology.model import Cpu, HugePages, NumaNode, Topology
+from nri_numa.state.checkpoint import CheckpointError, CheckpointStore, machine_fingerprint
+from nri_numa.state.plugin_records import (ContainerRecord, PodRecord, RecordError,
+                                           records_from_dict, records_to_dict)
+from nri_numa.topology.model import Topology
+from nri_numa.topology.parts import Cpu, HugePages, NumaNode
 from tests.tmpfs import fast_tmp
 
 MACHINE = "m" * 64

@@ -15,10 +15,11 @@ from nri_numa.engine.context import EngineContext
 from nri_numa.engine.manifest import container_from_resources
 from nri_numa.engine.request import ContainerRequest, PodRequest
 from nri_numa.state import encoding
-from nri_numa.state.checkpoint import (CheckpointStore, ContainerRecord, PodRecord,
-                                       records_from_dict, records_to_dict)
+from nri_numa.state.checkpoint import CheckpointStore
 from nri_numa.state.encoding import Encoded, LedgerEncoder, RecordsEncoder, encode_payload
 from nri_numa.state.ledger import Ledger
+from nri_numa.state.plugin_records import (ContainerRecord, PodRecord, records_from_dict,
+                                           records_to_dict)
 from nri_numa.topology.synthetic import preset_topology
 from tests.tmpfs import fast_tmp
 

@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 
 from nri_numa.engine.config_reader import config_from_mapping
-from nri_numa.state.checkpoint import CheckpointError, RecordError
+from nri_numa.state.checkpoint import CheckpointError
+from nri_numa.state.plugin_records import RecordError
 from nri_numa.state.recorded_config import RecordedConfig, refuse_change
 
 

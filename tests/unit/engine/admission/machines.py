@@ -18,7 +18,8 @@ from nri_numa.engine.cpu import CPUTopology, cpu_topology
 from nri_numa.engine.manifest import container_from_resources, pod_from_manifest
 from nri_numa.engine.request import ContainerKind, ContainerRequest, PodRequest
 from nri_numa.topology.cpulist import parse_list
-from nri_numa.topology.model import Cpu, HugePages, NumaNode, Topology
+from nri_numa.topology.model import Topology
+from nri_numa.topology.parts import Cpu, HugePages, NumaNode
 
 GIB = 1 << 30
 

@@ -6,7 +6,8 @@ import pytest
 
 from nri_numa.engine.cpu import CPUTopologyError, cpu_hints, cpu_topology, take_cpus
 from nri_numa.engine.cpu.topology import CPUTopology
-from nri_numa.topology.model import Cpu, NumaNode, Topology
+from nri_numa.topology.model import Topology
+from nri_numa.topology.parts import Cpu, NumaNode
 from nri_numa.topology.synthetic.presets import PRESETS, preset_topology
 
 from .kubelet_fixtures import (

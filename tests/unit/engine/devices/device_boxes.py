@@ -17,7 +17,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from nri_numa.topology.model import Cpu, Gpu, Nic, NumaNode, PciDevice, Topology, pcie_level
+from nri_numa.topology.model import Topology
+from nri_numa.topology.parts import Cpu, Gpu, Nic, NumaNode, PciDevice, pcie_level
 
 GPU_CLASS, NIC_CLASS, BRIDGE_CLASS = 0x030200, 0x020000, 0x060400
 

@@ -13,7 +13,8 @@ from nri_numa.engine.devices.gpu_select import (GpuSelectionError, cut_score,
                                                 exact_choice, gpu_chooser, gpu_pcie_level,
                                                 nvlink_count, pair_score, select_gpus,
                                                 swap_choice)
-from nri_numa.topology.model import Gpu, Topology
+from nri_numa.topology.model import Topology
+from nri_numa.topology.parts import Gpu
 
 
 def choose(topology: Topology, size: int, *, free: list[int] | None = None,

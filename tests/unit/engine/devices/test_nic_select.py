@@ -6,7 +6,8 @@ import pytest
 from device_boxes import NIC_CLASS, behind_switch, dgx_a100_like, dgx_h100, numa_nodes, pci
 
 from nri_numa.engine.devices.nic_select import nic_chooser, nic_pci, select_nics
-from nri_numa.topology.model import Gpu, Nic, Topology
+from nri_numa.topology.model import Topology
+from nri_numa.topology.parts import Gpu, Nic
 
 H100_NICS = [f"mlx5_{i}" for i in range(10)]
 

@@ -16,7 +16,7 @@ from nri_numa.engine.devices.requested import (container_devices, parse_devices,
                                                pod_devices_for, resolve_devices,
                                                with_annotated_devices)
 from nri_numa.engine.manifest import pod_from_manifest
-from nri_numa.topology.model import pcie_level
+from nri_numa.topology.parts import pcie_level
 from nri_numa.topology.synthetic import preset_topology
 
 CX7 = "pci/15b3:1021"

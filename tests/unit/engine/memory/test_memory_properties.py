@@ -15,7 +15,8 @@ from nri_numa.engine.memory import (
     memory_hints,
     remove,
 )
-from nri_numa.topology.model import HugePages, NumaNode, Topology
+from nri_numa.topology.model import Topology
+from nri_numa.topology.parts import HugePages, NumaNode
 
 MB = 1024**2
 HP2M = "hugepages-2Mi"

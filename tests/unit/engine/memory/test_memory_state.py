@@ -25,7 +25,8 @@ from nri_numa.engine.memory import (
     check_reserved_memory,
     restore,
 )
-from nri_numa.topology.model import HugePages, NumaNode, Topology
+from nri_numa.topology.model import Topology
+from nri_numa.topology.parts import HugePages, NumaNode
 
 PAGE_1G = 1048576  # KiB
 PAGE_2M = 2048
