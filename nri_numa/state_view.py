@@ -58,7 +58,7 @@ class ContainerView:
     name: str
     qos: QosClass | None  # None outside Kubernetes (no kubelet cgroup parent)
     exclusive: bool
-    in_ledger: bool  # False: adopted running container that did not fit; follows the pool
+    in_ledger: bool  # False: adopted, did not fit; follows the pool (may still hold devices)
     cpus: frozenset[int]  # what the ledger gives it now: its own CPUs, or the shared pool
     mems: frozenset[int] | None  # None: its memory nodes are left alone
     memory: tuple[MemoryHeld, ...]
@@ -234,7 +234,7 @@ def _pod_parent(pods: Mapping[str, PodRecord], record: ContainerRecord) -> str:
 def _container_view(record: ContainerRecord, pod: PodRecord | None, allocations: Allocations,
                     cgroup: CgroupReading) -> ContainerView:
     expected = record.cpus if record.exclusive else allocations.shared
-    held = allocations.container(record.pod_uid, record.name) if record.in_ledger else None
+    held = allocations.container(record.pod_uid, record.name)  # unplaced: its devices at most
     return ContainerView(
         id=record.id, pod=pod, name=record.name,
         qos=qos_from_cgroup_parent(pod.cgroup_parent) if pod is not None else None,

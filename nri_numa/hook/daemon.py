@@ -133,6 +133,8 @@ def serve(options: DaemonOptions) -> None:
         machine = MachineKeeper(options)
     except MachineError as e:
         raise DaemonError(str(e)) from None
+    if stopping.requested:
+        return
     listener = _listen(options.socket_path)
     inode = options.socket_path.stat().st_ino
     log.info("hook daemon %d listening on %s", os.getpid(), options.socket_path)

@@ -95,9 +95,8 @@ class NumaPlugin:
         records = self._records
         with self._lock, self._transaction(), self._one_kubelet_answer():
             sync.release_missing(records, live_ids)
-            for container in live:
-                if container.id not in records.containers:
-                    sync.adopt(records, self._reader, container)
+            for container in sync.to_adopt(records, self._reader, live):
+                sync.adopt(records, self._reader, container)
             updates = sync.restore_cpusets(records, {c.id: c for c in live},
                                            self._topology.online_cpus)
         log.info("synchronized: %d containers managed, shared pool %s, %d updates",

@@ -31,7 +31,8 @@ class Snapshot:
 
 class Records:
     """The ledger and the records, changed in step: a record ``in_ledger`` has its allocation
-    in the ledger, and ledger entries no record explains are dropped when containers go."""
+    in the ledger; one that is not (adopted, it did not fit) may still hold there the devices it
+    had (sync.adopt). Ledger entries no record explains are dropped when containers go."""
 
     def __init__(self, ledger: Ledger, pods: dict[str, PodRecord] | None = None,
                  containers: dict[str, ContainerRecord] | None = None) -> None:
@@ -71,8 +72,7 @@ class Records:
         for stale in [c for c in self.containers.values() if c.sandbox_id == pod.sandbox_id
                       and c.name == name and c.id != container_id]:
             del self.containers[stale.id]
-            if stale.in_ledger:
-                self.ledger.release(stale.pod_uid, stale.name)
+            self.ledger.release(stale.pod_uid, stale.name)  # a no-op where it holds nothing
 
     def remember(self, container_id: str, pod: PodRecord, request: ContainerRequest,
                  placement: Placement) -> None:
@@ -81,12 +81,11 @@ class Records:
             placement.exclusive, placement.mems)
 
     def remember_unplaced(self, container_id: str, pod: PodRecord, request: ContainerRequest,
-                          cpus: frozenset[int], in_ledger: bool = False) -> None:
-        """A running container that did not fit: it follows the shared pool, and is in the
-        ledger only for the devices it holds."""
+                          cpus: frozenset[int]) -> None:
+        """A running container that did not fit: not placed, it follows the shared pool."""
         self.containers[container_id] = ContainerRecord(
             container_id, pod.sandbox_id, pod.uid, request, cpus, exclusive=False,
-            in_ledger=in_ledger)
+            in_ledger=False)
 
     # --- what goes ----------------------------------------------------------------------------
 
@@ -97,8 +96,7 @@ class Records:
         """The records of ``ids`` we had, gone with what they held, and their pods when empty."""
         released = [self.containers.pop(i) for i in ids if i in self.containers]
         for record in released:
-            if record.in_ledger:
-                self.ledger.release(record.pod_uid, record.name)
+            self.ledger.release(record.pod_uid, record.name)  # a no-op where it holds nothing
         if released:
             self.drop_orphans()
         return released
@@ -109,7 +107,7 @@ class Records:
         in_use = {c.sandbox_id for c in containers}
         if self.pods.keys() - in_use:
             self.pods = {k: p for k, p in self.pods.items() if k in in_use}
-        placed = {(c.pod_uid, c.request.name) for c in containers if c.in_ledger}
+        placed = {(c.pod_uid, c.request.name) for c in containers}
         orphans = [(uid, name) for uid, pod in self.ledger.allocations.pods.items()
                    for name in pod.containers if (uid, name) not in placed]
         for uid, name in orphans:

@@ -37,6 +37,19 @@ def release_missing(records: Records, live_ids: set[str]) -> None:
         records.drop_orphans()
 
 
+def to_adopt(records: Records, reader: RequestReader,
+             live: list[RuntimeContainer]) -> list[RuntimeContainer]:
+    """The live containers without a record, in the order to adopt them: those that show
+    devices of the resources nri-numa hands out first, so that a container which shows none
+    (created while the plugin was away) cannot be given one of theirs before they are seen;
+    each group in the runtime's creation order."""
+    unknown = [c for c in live if c.id not in records.containers]
+    resources = records.ledger.ctx.devices
+    if not resources:
+        return unknown
+    return sorted(unknown, key=lambda c: not reader.held_devices(c, resources))
+
+
 def adopt(records: Records, reader: RequestReader, container: RuntimeContainer) -> None:
     """A running container we did not place: keep its CPUs when they are already
     exclusive and free, else place it; one that does not fit only follows the shared pool.
@@ -64,8 +77,7 @@ def adopt(records: Records, reader: RequestReader, container: RuntimeContainer) 
                     decision_log.describe(pod, request.name), reason)
         if held:  # its devices stay held even so
             records.ledger = Ledger(ctx, seeded)
-        records.remember_unplaced(container.id, pod, request, container.cpuset_cpus or frozenset(),
-                                  in_ledger=bool(held))
+        records.remember_unplaced(container.id, pod, request, container.cpuset_cpus or frozenset())
         return
     records.ledger = Ledger(ctx, result.allocations)
     placement = result.decision.placements[0]

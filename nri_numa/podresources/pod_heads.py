@@ -6,7 +6,7 @@ walking them cost 0.15-0.18 ms per container here, nearly all of it for pods thr
 
 ``PodHeads`` reads the same bytes through a schema that declares only what a pod is found by:
 ``ListPodResourcesResponse.pod_resources`` (1) → ``PodResources.name`` (1) and ``namespace``
-(2). The protobuf runtime parses that in C and keeps everything else of each pod (its
+(2). The protobuf runtime (in C with its upb backend) parses that and keeps everything else of each pod (its
 containers, and whatever a newer kubelet adds) as unknown fields: bytes it checks for framing
 but does not decode. A pod that matches is written back, its name and namespace and those
 bytes, which is the pod as the kubelet sent it, and decoded in full as a ``PodResources``:

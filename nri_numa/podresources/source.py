@@ -33,7 +33,7 @@ log = logging.getLogger(__name__)
 BUDGET_S = 0.15  # for one container, Get and a fallback List together
 QUIET_AFTER_FAILURE_S = 10.0  # no calls for this long after one failed
 RECHECK_GET_S = 300.0  # ask Get again this long after the kubelet said it has none (upgrades)
-WARM_UP_S = 2.0  # at start-up, how long to wait for the kubelet to accept the connection
+WARM_UP_S = 0.5  # at start-up, how long to wait for the kubelet (before registering with NRI)
 
 
 class KubeletDeviceHints:

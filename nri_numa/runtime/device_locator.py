@@ -80,16 +80,19 @@ class DeviceLocator:
                 container.env.get(NVIDIA_VISIBLE_DEVICES, "").split(",")]
         cdi_gpus, cdi_nodes = self._cdi_devices(container)
         gpus += cdi_gpus
+        named = [g for g in gpus if g is not None]
+        # A MIG instance also brings its GPU's /dev/nvidiaN: that node is then the instance's.
+        parts = {g.uuid for g, whole in named if not whole} - {g.uuid for g, whole in named if whole}
         found = []
         for device in (*container.devices, *cdi_nodes):
             gpu = self._nvidia_gpu(device)
             if gpu is not None:
-                gpus.append((gpu, True))
+                named.append((gpu, gpu.uuid not in parts))
             else:
                 found.append(self._pci_function(device))
         # A MIG instance pulls towards its GPU's node but is not the GPU: no id to hold.
         return [_Found(GPU_RESOURCE, g.uuid if whole else None, g.numa_node)
-                for g, whole in filter(None, gpus)] + found
+                for g, whole in named] + found
 
     def _cdi_devices(self, container: RuntimeContainer
                      ) -> tuple[list[tuple[Gpu, bool] | None], list[DeviceNode]]:

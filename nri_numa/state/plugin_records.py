@@ -53,7 +53,8 @@ class PodRecord:
 class ContainerRecord:
     """A container the plugin manages: the engine's request for it, and the cpuset it was last
     given (its exclusive CPUs, or the shared pool). ``in_ledger`` is False for a running
-    container that did not fit when adopted: it only follows the shared pool."""
+    container that did not fit when adopted: it only follows the shared pool (the ledger may
+    still hold the devices it had)."""
 
     id: str
     sandbox_id: str

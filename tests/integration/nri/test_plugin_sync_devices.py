@@ -126,11 +126,17 @@ def test_a_container_that_does_not_fit_keeps_its_gpu_in_the_shared_pool(state_di
         sync(p, [sandbox], [big])
     assert "does not fit" in caplog.text
     record = p.containers[big.id]
-    assert not record.exclusive and record.in_ledger
-    assert gpus_of(p, sandbox) == (GPU_B,)
+    assert not record.exclusive and not record.in_ledger  # not placed...
+    assert gpus_of(p, sandbox) == (GPU_B,)  # ...but its GPU held
     c_pod, c = asking("c")
-    create(p, c_pod, c)
+    c_reply = create(p, c_pod, c)
     assert gpus_of(p, c_pod) == (GPU_A,)
+    # Both survive a restart from the checkpoint, and a Synchronize that finds them running.
+    again = plugin(state_dir)
+    assert gpus_of(again, sandbox) == (GPU_B,) and not again.containers[big.id].in_ledger
+    sync(again, [sandbox, c_pod], [big, as_run(c, c_reply, pid=15)])
+    assert gpus_of(again, sandbox) == (GPU_B,) and gpus_of(again, c_pod) == (GPU_A,)
+    p = again
     # When it goes, so does its GPU.
     p.stop_container(api.StopContainerRequest(pod=sandbox, container=big))
     assert gpus_of(p, sandbox) == () and GPU_B not in p.ledger.allocations.devices_in_use(
@@ -148,3 +154,16 @@ def test_more_gpus_than_asked_for_are_not_taken_as_its_own(state_dir, caplog):
         sync(p, [sandbox], [c])
     assert f"has nvidia.com/gpu {GPU_A}, {GPU_B} and asks for 1" in caplog.text
     assert gpus_of(p, sandbox) == (GPU_A,)  # chosen anew
+
+
+def test_containers_showing_gpus_are_adopted_before_those_that_show_none(state_dir):
+    # "early" was created first (lower pid) but shows no GPU (created while the agent was away,
+    # say); "late" shows GPU A. Adopted in pid order, early would be given A and late moved to B.
+    early_pod, early = asking("early")
+    early.state, early.pid = api.CONTAINER_RUNNING, 20
+    late_pod, late = asking("late")
+    late.linux.devices.append(api.LinuxDevice(path="/dev/nvidia0", type="c", major=195, minor=0))
+    late.state, late.pid = api.CONTAINER_RUNNING, 21
+    p = plugin(state_dir)
+    sync(p, [early_pod, late_pod], [early, late])
+    assert gpus_of(p, late_pod) == (GPU_A,) and gpus_of(p, early_pod) == (GPU_B,)

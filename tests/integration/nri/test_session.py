@@ -297,7 +297,7 @@ def test_update_containers_from_a_handler_is_refused(started) -> None:
     runtime, running, _ = started(handlers)
     started_at = time.monotonic()
     assert runtime.synchronize() == api_pb2.SynchronizeResponse()
-    assert time.monotonic() - started_at < 5.0  # answered, not left to the runtime's timeout
+    assert time.monotonic() - started_at < 2.5  # answered, well before the runtime's 5 s timeout
     assert len(refused) == 1 and "from inside a handler" in str(refused[0])
     assert runtime.received.request_stream_ids == [1]  # nothing reached the runtime
 

@@ -121,6 +121,15 @@ def test_held_devices_are_named_as_the_resources_name_them(sysfs):
     mig = _container(env={"NVIDIA_VISIBLE_DEVICES": "0:1"})
     assert DeviceLocator(_machine(), sysfs).numa_hints(mig) == {"nvidia.com/gpu": {0}}
     assert DeviceLocator(_machine(), sysfs).held_devices(mig, resources) == {}
+    # Its GPU's node, which a MIG instance also brings, does not make it the whole GPU...
+    with_node = _container(DeviceNode("/dev/nvidia3", "c", 195, 3),
+                           env={"NVIDIA_VISIBLE_DEVICES": "0:1"})
+    assert DeviceLocator(_machine(), sysfs).held_devices(with_node, resources) == {}
+    # ...unless the whole GPU is named too.
+    whole = _container(DeviceNode("/dev/nvidia3", "c", 195, 3),
+                       env={"NVIDIA_VISIBLE_DEVICES": "0:1,GPU-aaaa"})
+    assert DeviceLocator(_machine(), sysfs).held_devices(whole, resources) == {
+        "nvidia.com/gpu": {"GPU-aaaa"}}
 
 
 @pytest.mark.parametrize("bad, message", [
