@@ -60,11 +60,11 @@ class Topology:
     # candidate). Cached properties are not fields: no part of eq, repr or to_json.
     @cached_property
     def _node_by_id(self) -> Mapping[int, NumaNode]:
-        return MappingProxyType({n.id: n for n in self.numa_nodes})
+        return MappingProxyType({n.id: n for n in reversed(self.numa_nodes)})  # first wins
 
     @cached_property
     def _pci_by_address(self) -> Mapping[str, PciDevice]:
-        return MappingProxyType({d.address: d for d in self.pci_devices})
+        return MappingProxyType({d.address: d for d in reversed(self.pci_devices)})
 
     def without_warnings(self) -> Topology:
         return Topology(self.cpus, self.numa_nodes, self.isolcpus, self.pci_devices,
