@@ -51,3 +51,10 @@ def lstopo() -> str:
     if path is None:
         pytest.skip("lstopo-no-graphics (Debian hwloc) is not installed")
     return path
+
+
+@pytest.fixture
+def state_dir(tmp_path: Path) -> Iterator[Path]:
+    """A state folder (checkpoint, ledger) on tmpfs where there is one."""
+    with fast_tmp(tmp_path) as base:
+        yield base / "state"

@@ -3,8 +3,8 @@
 Containers gone while the plugin was away are released. Running containers the plugin does not
 know are adopted: kept on their CPUs when those are exclusive-worthy and free, else placed, and
 one that does not fit only follows the shared pool; the devices nri-numa gave them (asked for by
-annotation) stay theirs. Then every managed container is put back on
-the cpuset the records expect, where the runtime says it runs elsewhere.
+annotation) stay theirs. Then every managed container is put back on the cpuset the records
+expect, where the runtime says it runs elsewhere.
 """
 
 from __future__ import annotations

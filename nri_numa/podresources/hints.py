@@ -64,8 +64,9 @@ def find_container(pods: Iterable[pr.PodResources], namespace: str, pod: str,
     the kubelet may list the old and the new one.)"""
     for entry in pods:
         if entry.name == pod and entry.namespace == namespace:  # the name is the rarer match
-            if (found := container_in(entry, container)) is not None:
-                return found
+            for c in entry.containers:
+                if c.name == container:
+                    return c
     return None
 
 
@@ -76,15 +77,6 @@ def pods_by_name(pods: Iterable[pr.PodResources]) -> dict[tuple[str, str], list[
     for entry in pods:
         index.setdefault((entry.namespace, entry.name), []).append(entry)
     return index
-
-
-def container_in(pod: pr.PodResources | None, container: str) -> pr.ContainerResources | None:
-    """The entry of ``container`` in the kubelet's ``pod``; None when it has none (or no pod)."""
-    if pod is not None:
-        for c in pod.containers:
-            if c.name == container:
-                return c
-    return None
 
 
 def container_hints(container: pr.ContainerResources,

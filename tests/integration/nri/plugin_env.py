@@ -5,8 +5,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
-
 from nri_numa.engine.config_reader import config_from_mapping
 from nri_numa.nri.pb import api_pb2 as api
 from nri_numa.nri.plugin import NumaPlugin
@@ -14,7 +12,6 @@ from nri_numa.state.checkpoint import CheckpointStore, machine_fingerprint
 from nri_numa.topology.model import Topology
 from nri_numa.topology.parts import Cpu, Gpu, NumaNode, PciDevice
 from tests import nri_messages as msg
-from tests.tmpfs import fast_tmp
 
 GIB = 1 << 30
 CONFIG = {"cpuManagerPolicy": "static", "reservedSystemCPUs": "0",
@@ -36,12 +33,6 @@ def machine() -> Topology:
                         vendor=0x10DE, device=0x2330)
     gpu = Gpu(index=0, uuid=GPU_ON_NODE_1, pci_address=gpu_pci.address, numa_node=1, minor=0)
     return Topology(cpus=cpus, numa_nodes=nodes, pci_devices=(gpu_pci,), gpus=(gpu,))
-
-
-@pytest.fixture
-def state_dir(tmp_path: Path):
-    with fast_tmp(tmp_path) as base:
-        yield base / "state"
 
 
 class Sent:

@@ -17,9 +17,8 @@ from nri_numa.runtime.container import MAX_CPUSET_ID, RuntimeInputError, parse_c
 from nri_numa.state.checkpoint import CheckpointStore, machine_fingerprint
 from tests import nri_messages as msg
 from tests.integration.nri.odd_requests import odd_event
-from tests.integration.nri.plugin_env import machine, new_plugin, state_dir
+from tests.integration.nri.plugin_env import machine, new_plugin
 
-__all__ = ["state_dir"]  # the fixture, imported for pytest
 HANDLERS = {"CreateContainer": "create_container", "UpdateContainer": "update_container",
             "StopContainer": "stop_container", "StateChange": "state_change",
             "Synchronize": "synchronize"}

@@ -11,7 +11,7 @@ from nri_numa.state.checkpoint import CheckpointError, CheckpointStore
 from nri_numa.topology.cpulist import format_list, parse_list
 from tests import nri_messages as msg
 from tests.integration.nri.plugin_env import (ALL, CONFIG, GPU_ON_NODE_1, Sent, cpusets, create,
-                                              new_plugin, state_dir)  # noqa: F401 (fixture)
+                                              new_plugin)
 
 # --- CreateContainer and the shared pool -----------------------------------------------------
 

@@ -20,8 +20,7 @@ from nri_numa.state.recorded_config import ConfigChangedError
 from nri_numa.topology.cpulist import format_list, parse_list
 from tests import nri_messages as msg
 from tests.integration.nri.fake_runtime import CallFailed, FakeRuntime
-from tests.integration.nri.plugin_env import (ALL, cpusets, create, new_plugin,
-                                              state_dir)  # noqa: F401 (state_dir: a fixture)
+from tests.integration.nri.plugin_env import ALL, cpusets, create, new_plugin
 
 RUNNING = api.CONTAINER_RUNNING
 

@@ -17,7 +17,6 @@ from nri_numa.topology.model import Topology
 from nri_numa.topology.parts import Gpu, PciDevice
 from tests import nri_messages as msg
 from tests.integration.nri.plugin_env import CONFIG, create, machine
-from tests.integration.nri.plugin_env import state_dir  # noqa: F401 (a fixture)
 
 GPU_A, GPU_B = "GPU-aaaa-node1", "GPU-bbbb-node1"
 ASK_ONE = {"numa.nri.io/devices": "nvidia.com/gpu=1"}

@@ -24,16 +24,9 @@ from nri_numa.state.plugin_records import (ContainerRecord, PodRecord, RecordErr
                                            records_from_dict, records_to_dict)
 from nri_numa.topology.model import Topology
 from nri_numa.topology.parts import Cpu, HugePages, NumaNode
-from tests.tmpfs import fast_tmp
 
 MACHINE = "m" * 64
 PAYLOAD = {"ledger": {"version": 1, "allocations": {"shared": "0-3"}}, "records": {"n": [1, 2]}}
-
-
-@pytest.fixture
-def state_dir(tmp_path: Path):
-    with fast_tmp(tmp_path) as base:
-        yield base / "state"
 
 
 def _store(state_dir: Path, machine: str = MACHINE) -> CheckpointStore:

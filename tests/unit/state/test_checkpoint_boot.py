@@ -11,16 +11,9 @@ import pytest
 
 from nri_numa.state import checkpoint as cp
 from nri_numa.state.checkpoint import CheckpointStore
-from tests.tmpfs import fast_tmp
 
 MACHINE = "m" * 64
 PAYLOAD = {"ledger": {"version": 1}, "records": {"n": [1]}}
-
-
-@pytest.fixture
-def state_dir(tmp_path: Path):
-    with fast_tmp(tmp_path) as base:
-        yield base / "state"
 
 
 def test_the_boot_id_is_the_kernels() -> None:
