@@ -22,7 +22,7 @@ from demo.cleanup import Cleanup, forget_signals, raise_if_interrupted
 from demo.preflight import Ready, preflight
 from demo.progress import Progress
 from demo.rows import BESTEFFORT, BURSTABLE, GUARANTEED, DemoResult, Row
-from nri_numa.inputs import SETTINGS_KEY
+from nri_numa.agent.inputs import SETTINGS_KEY
 from tests.e2e.harness.cgroups import (CgroupLayout, allowed_inside, container_cgroup_path,
                                        read_cpuset, remove_cgroups)
 from tests.e2e.harness.containerd import ContainerdDaemon, DaemonFailed

@@ -28,7 +28,7 @@ DEFAULT_STATE_DIR = "/run/nri-numa"  # as nri_numa.hook.entry.DEFAULT_STATE_DIR
 DEFAULT_TIMEOUT_S = 4.0  # as nri_numa.hook.entry.DEFAULT_TIMEOUT_S
 MAX_LINE = 64 << 20  # an OCI spec is a few KiB; this only stops a runaway peer
 STAGES = ("createRuntime", "prestart", "poststop", "precreate")
-# The hook's options with a value (cli_agents.add_hook_parser), as the daemon's request keys.
+# The hook's options with a value (nri_numa.cli.hook.add_parser), as the daemon's request keys.
 VALUE_OPTIONS = {"--state-dir": "state_dir", "--config": "config", "--topology": "topology",
                  "--log-file": "log_file", "--timeout": "timeout",
                  "--cgroup-root": "cgroup_root", "--proc-root": "proc_root"}

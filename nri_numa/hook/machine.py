@@ -14,9 +14,9 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from nri_numa.agent.inputs import InputFileError, read_config_file, read_topology_file
 from nri_numa.engine.config import ConfigError, EngineConfig
 from nri_numa.engine.context import EngineContext
-from nri_numa.inputs import InputFileError, read_config_file, read_topology_file
 from nri_numa.state.checkpoint import machine_fingerprint
 from nri_numa.topology.cpulist import ListFormatError, parse_list
 from nri_numa.topology.model import Topology, TopologyFormatError

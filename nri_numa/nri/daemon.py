@@ -23,13 +23,13 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from nri_numa.agent_settings import (DEFAULT_CDI_SPEC_DIRS, DEFAULT_DEV_ROOT,
+from nri_numa.agent.inputs import InputFileError, read_config_file, read_topology_file
+from nri_numa.agent.metrics import NO_METRICS, MetricsError, MetricsServer, PluginMetrics
+from nri_numa.agent.settings import (DEFAULT_CDI_SPEC_DIRS, DEFAULT_DEV_ROOT,
                                      DEFAULT_DEVICE_INJECTION, DEFAULT_INDEX, DEFAULT_NAME,
                                      DEFAULT_SOCKET, DEFAULT_STATE_DIR, AgentSettings,
                                      MetricsAddress)
 from nri_numa.engine.config import ConfigError, EngineConfig
-from nri_numa.inputs import InputFileError, read_config_file, read_topology_file
-from nri_numa.metrics import NO_METRICS, MetricsError, MetricsServer, PluginMetrics
 from nri_numa.nri.pb import api_pb2 as api
 from nri_numa.nri.plugin import NumaPlugin
 from nri_numa.nri.session import NriSession, SessionClosed
@@ -66,7 +66,7 @@ class DaemonOptions:
     dev_root: Path = Path(DEFAULT_DEV_ROOT)  # the host's device nodes, for devices given
     device_injection: str = DEFAULT_DEVICE_INJECTION  # GPUs as nodes, CDI names, or auto
     cdi_spec_dirs: tuple[Path, ...] = tuple(Path(d) for d in DEFAULT_CDI_SPEC_DIRS)
-    # None: no metrics server. `nri-numa run` serves them by default (agent_settings).
+    # None: no metrics server. `nri-numa run` serves them by default (agent.settings).
     metrics_address: MetricsAddress | None = None
     # True when nobody asked for that address: a port in use then only costs the metrics.
     metrics_optional: bool = False

@@ -1,5 +1,5 @@
 """The plugin's decision lines: one per placement or refusal, in words for people and with the
-facts as fields for the JSON format (nri_numa.logs).
+facts as fields for the JSON format (nri_numa.agent.logs).
 
 The fields are built only when the line is written: a plugin logging at warning or above pays
 nothing for them. The words are made from the fields, so each CPU list is formatted once.
@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import logging
 
+from nri_numa.agent.logs import decision_fields, refusal_fields
 from nri_numa.engine.decision import Placement
-from nri_numa.logs import decision_fields, refusal_fields
 from nri_numa.state.plugin_records import PodRecord
 from nri_numa.topology.cpulist import format_list
 

@@ -18,12 +18,12 @@ import threading
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager, nullcontext
 
+from nri_numa.agent.inputs import InputFileError, NotYamlError, config_document
+from nri_numa.agent.metrics import NO_METRICS, NoMetrics, PluginMetrics
 from nri_numa.engine.config import ConfigError, EngineConfig
 from nri_numa.engine.context import EngineContext
 from nri_numa.engine.decision import Placement
 from nri_numa.engine.request import RequestError
-from nri_numa.inputs import InputFileError, NotYamlError, config_document
-from nri_numa.metrics import NO_METRICS, NoMetrics, PluginMetrics
 from nri_numa.nri import decision_log, sync, translate
 from nri_numa.nri.container_requests import (KubeletHints, RequestReader, pod_as_known,
                                              with_requested_devices)

@@ -11,14 +11,13 @@ set.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from functools import lru_cache
 
 from nri_numa.engine.decision import Placement
 from nri_numa.nri.pb import api_pb2 as api
 from nri_numa.runtime.device_grant import DEVICE_ACCESS, Grant
 from nri_numa.runtime.container import (DeviceNode, RuntimeContainer, RuntimeInputError,
                                         RuntimePod, page_size_kib, parse_cpuset, parse_env)
-from nri_numa.topology.cpulist import format_list
+from nri_numa.topology.cpulist import format_cached
 
 # Containers in these states hold (or are about to hold) CPUs. UNKNOWN is kept: freeing CPUs
 # a container may still run on is worse than keeping them a little longer.
@@ -121,16 +120,12 @@ def live_containers(req: api.SynchronizeRequest,
     return readable, {c.id for c in live}, problems
 
 
-# Shared-pool updates write one pool into many messages; the frozenset keeps its hash.
-_cpu_list = lru_cache(maxsize=256)(format_list)
-
-
 def cpuset_resources(cpus: frozenset[int], mems: frozenset[int] | None) -> api.LinuxResources:
     resources = api.LinuxResources()
     if cpus:
-        resources.cpu.cpus = _cpu_list(cpus)
+        resources.cpu.cpus = format_cached(cpus)
     if mems:
-        resources.cpu.mems = _cpu_list(mems)
+        resources.cpu.mems = format_cached(mems)
     return resources
 
 

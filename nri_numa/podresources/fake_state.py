@@ -28,7 +28,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-from nri_numa.inputs import InputFileError, read_text, yaml_documents
+from nri_numa.agent.inputs import InputFileError, read_text, yaml_documents
 from nri_numa.podresources.pb import api_pb2 as pr
 
 GET_MODES = ("enabled", "disabled", "unimplemented")

@@ -21,15 +21,10 @@ from typing import TYPE_CHECKING, Any
 from nri_numa.engine.allocations import Allocations, PodAllocation
 from nri_numa.engine.memory import MemoryState
 from nri_numa.state.ledger import LEDGER_VERSION, Ledger
-from nri_numa.topology.cpulist import format_list
+from nri_numa.topology.cpulist import format_cached
 
 if TYPE_CHECKING:
     from nri_numa.state.plugin_records import ContainerRecord, PodRecord
-
-# Every decision writes every record, and most records carry the same shared pool (one
-# frozenset, whose hash Python keeps): formatting it once per pool, not once per record.
-cpu_list = lru_cache(maxsize=256)(format_list)
-
 
 # ``json.dumps`` with these options builds a new encoder at every call, which costs more than
 # encoding a small value: one encoder, the same output.
@@ -102,7 +97,7 @@ class LedgerEncoder:
         return Encoded(b"".join((  # one copy of the parts, where ``+`` makes one per step
             b'{"allocations":{"memory":', self._memory_json(allocations.memory),
             b',"pods":', self._pods.encode(allocations.pods),
-            b',"shared":"', cpu_list(allocations.shared).encode(), b'"},"version":', _VERSION,
+            b',"shared":"', format_cached(allocations.shared).encode(), b'"},"version":', _VERSION,
             b"}")))
 
     def _memory_json(self, memory: MemoryState | None) -> bytes:
@@ -160,7 +155,7 @@ def _container(record: ContainerRecord, before: tuple[ContainerRecord, bytes, by
         fields = record.to_dict()
         del fields["cpus"]
         tail = canonical(fields)[1:]
-    return record, b'{"cpus":"' + cpu_list(record.cpus).encode() + b'",' + tail, tail
+    return record, b'{"cpus":"' + format_cached(record.cpus).encode() + b'",' + tail, tail
 
 
 def _same_but_cpus(a: ContainerRecord, b: ContainerRecord) -> bool:

@@ -10,8 +10,7 @@ from types import MappingProxyType
 from typing import Any
 
 from nri_numa.engine.request import ContainerRequest, RequestError
-from nri_numa.state.encoding import cpu_list
-from nri_numa.topology.cpulist import ListFormatError, parse_list
+from nri_numa.topology.cpulist import ListFormatError, format_cached, parse_list
 
 
 # --- what the plugin remembers besides the ledger ----------------------------------------
@@ -72,8 +71,8 @@ class ContainerRecord:
     def to_dict(self) -> dict[str, Any]:
         r = self.request
         return {"id": self.id, "sandbox_id": self.sandbox_id, "pod_uid": self.pod_uid,
-                "cpus": cpu_list(self.cpus), "exclusive": self.exclusive,
-                "mems": None if self.mems is None else cpu_list(self.mems),
+                "cpus": format_cached(self.cpus), "exclusive": self.exclusive,
+                "mems": None if self.mems is None else format_cached(self.mems),
                 "in_ledger": self.in_ledger,
                 "request": {"name": r.name, "cpu_request": r.cpu_request,
                             "cpu_limit": r.cpu_limit, "memory_request": r.memory_request,

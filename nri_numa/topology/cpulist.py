@@ -8,6 +8,7 @@ may end in NUL bytes or carry stray whitespace, and an empty string is the empty
 from __future__ import annotations
 
 from collections.abc import Iterable
+from functools import lru_cache
 
 _JUNK = " \t\r\n\x00"
 
@@ -79,3 +80,8 @@ def format_mask(ids: Iterable[int], width_bits: int = 32) -> str:
         value |= 1 << i
     words = max(1, -(-max(width_bits, value.bit_length()) // 32))
     return ",".join(f"{value >> (32 * w) & 0xFFFFFFFF:08x}" for w in reversed(range(words)))
+
+
+# The plugin formats one shared pool (a frozenset, which keeps its hash) into many updates and
+# checkpoint records per decision: each pool is formatted once.
+format_cached = lru_cache(maxsize=512)(format_list)

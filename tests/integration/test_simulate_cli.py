@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from nri_numa.cli import main
-from nri_numa.simulate import BadEntry, DeleteEntry, load_pods, parse_entry
 from nri_numa.topology.cpulist import parse_list
 from nri_numa.topology.synthetic import preset_topology
+from nri_numa.views.simulate import BadEntry, DeleteEntry, load_pods, parse_entry
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "examples"

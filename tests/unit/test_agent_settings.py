@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from nri_numa.agent_settings import (AgentSettings, MetricsAddress, SettingsError,
+from nri_numa.agent.inputs import InputFileError, config_document
+from nri_numa.agent.settings import (AgentSettings, MetricsAddress, SettingsError,
                                      parse_metrics_address, resolve)
-from nri_numa.inputs import InputFileError, config_document
 
 NO_FLAGS: dict[str, str | None] = {}
 
@@ -101,7 +101,8 @@ def test_a_misspelt_section_is_named_as_such():
 
 def test_the_light_copies_of_names_match_their_owners():
     # Repeated so that the CLI need not import the runtime layer, nor inputs the settings.
-    from nri_numa import agent_settings, inputs
+    from nri_numa.agent import inputs
+    from nri_numa.agent import settings as agent_settings
     from nri_numa.runtime import cdi
 
     assert agent_settings.DEVICE_INJECTIONS == cdi.INJECTION_MODES

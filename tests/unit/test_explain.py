@@ -12,10 +12,10 @@ from nri_numa.engine.config_reader import config_from_mapping
 from nri_numa.engine.context import EngineContext
 from nri_numa.engine.hints import Hint
 from nri_numa.engine.merge import merge_hints
-from nri_numa.explain import LabeledSlot, Rule, explain_merge, explain_pod, labeled_slots
-from nri_numa.explain_render import compact_hints, explanation_dict, render_text
-from nri_numa.simulate import InputError, parse_entry
 from nri_numa.topology.synthetic import preset_topology
+from nri_numa.views.explain import LabeledSlot, Rule, explain_merge, explain_pod, labeled_slots
+from nri_numa.views.explain_render import compact_hints, explanation_dict, render_text
+from nri_numa.views.simulate import InputError, parse_entry
 
 
 def h(*nodes: int, pref: bool = True) -> Hint:

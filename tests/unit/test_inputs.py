@@ -1,6 +1,6 @@
 import pytest
 
-from nri_numa.inputs import (InputFileError, NotYamlError, config_from_text, read_config_file,
+from nri_numa.agent.inputs import (InputFileError, NotYamlError, config_from_text, read_config_file,
                              read_topology_file)
 from tests.unit.test_model import small_topology
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from nri_numa.logs import JsonFormatter, LogSetupError, configure
+from nri_numa.agent.logs import JsonFormatter, LogSetupError, configure
 
 
 def record(msg: str, *args, level=logging.INFO, **extra) -> logging.LogRecord:

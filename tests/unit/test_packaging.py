@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from nri_numa.agent.inputs import config_from_text
 from nri_numa.cli import build_parser
-from nri_numa.inputs import config_from_text
 
 REPO = Path(__file__).resolve().parents[2]
 PACKAGING = REPO / "packaging"

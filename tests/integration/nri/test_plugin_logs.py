@@ -7,7 +7,7 @@ import logging
 
 import pytest
 
-from nri_numa.logs import JsonFormatter
+from nri_numa.agent.logs import JsonFormatter
 from nri_numa.nri.session import PluginError
 from tests import nri_messages as msg
 from tests.integration.nri.plugin_env import create, new_plugin

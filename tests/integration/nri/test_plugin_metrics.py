@@ -10,9 +10,9 @@ import urllib.request
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from nri_numa.agent_settings import MetricsAddress
+from nri_numa.agent.metrics import MetricsError, MetricsServer, PluginMetrics
+from nri_numa.agent.settings import MetricsAddress
 from nri_numa.engine.config_reader import config_from_mapping
-from nri_numa.metrics import MetricsError, MetricsServer, PluginMetrics
 from nri_numa.nri.pb import api_pb2 as api
 from nri_numa.nri.plugin import NumaPlugin
 from nri_numa.nri.session import PluginError

@@ -157,7 +157,7 @@ def test_placements_under_other_policies_stop_the_start(scratch):
 
 
 def test_run_help_states_the_settings_defaults():
-    from nri_numa.agent_settings import AgentSettings
+    from nri_numa.agent.settings import AgentSettings
     from nri_numa.cli import build_parser
 
     run_parser = build_parser()._subparsers._group_actions[0].choices["run"]

@@ -19,11 +19,11 @@ from nri_numa.hook.shared_ledger import ProcessRecord, SharedLedger
 from nri_numa.nri import translate
 from nri_numa.nri.daemon import DEFAULT_STATE_DIR
 from nri_numa.runtime import DeviceLocator
+from nri_numa.runtime.cpuset_cgroups import systemd_slice_path
 from nri_numa.state.checkpoint import FILE_NAME, CheckpointStore, machine_fingerprint
-from nri_numa.state_cgroup import systemd_slice_path
-from nri_numa.state_view import StateViewError, build_view, read_checkpoint
 from nri_numa.topology.cpulist import format_list
 from nri_numa.topology.model import Topology
+from nri_numa.views.state_view import StateViewError, build_view, read_checkpoint
 from tests import nri_messages as msg
 from tests.integration.nri.plugin_env import CONFIG, GPU_ON_NODE_1, create, machine, new_plugin
 from tests.tmpfs import fast_tmp

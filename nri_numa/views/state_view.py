@@ -26,6 +26,7 @@ from nri_numa.engine.allocations import Allocations, AllocationsError
 from nri_numa.engine.memory import MemoryState
 from nri_numa.engine.request import QosClass
 from nri_numa.hook.shared_ledger import PROCESSES_KEY
+from nri_numa.runtime.cpuset_cgroups import CgroupReading, CpusetTree, find_cpuset_tree, locate_all, readings
 from nri_numa.runtime.to_request import qos_from_cgroup_parent
 from nri_numa.state.checkpoint import (FILE_NAME, UntrustedCheckpoint, current_boot_id,
                                        read_envelope)
@@ -34,7 +35,6 @@ from nri_numa.state.plugin_records import (ContainerRecord, PodRecord, RecordErr
                                            records_from_dict)
 from nri_numa.state.recorded_config import PAYLOAD_KEY as CONFIG_KEY
 from nri_numa.state.recorded_config import RecordedConfig
-from nri_numa.state_cgroup import CgroupReading, CpusetTree, find_cpuset_tree, locate_all, readings
 from nri_numa.topology.cpulist import format_list
 
 

@@ -13,18 +13,13 @@ import logging
 import sys
 import time
 from collections.abc import Mapping
-from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from nri_numa.topology.cpulist import format_list
+from nri_numa.topology.cpulist import format_cached
 
 if TYPE_CHECKING:
     from nri_numa.engine.decision import Placement
-
-# A shared container's CPUs are the shared pool, one frozenset (its hash kept) logged again and
-# again: formatted once per pool.
-_cpu_list = lru_cache(maxsize=64)(format_list)
 
 TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 # What every LogRecord has: anything else on a record came in through ``extra=``.
@@ -94,9 +89,9 @@ def decision_fields(event: str, pod: str, pod_uid: str, container_id: str, polic
     return {"event": event, "pod": pod, "pod_uid": pod_uid, "container": placement.container,
             "container_id": container_id, "policy": policy,
             "hint": None if hint.affinity is None else sorted(hint.affinity),
-            "preferred": hint.preferred, "cpus": _cpu_list(placement.cpus),
+            "preferred": hint.preferred, "cpus": format_cached(placement.cpus),
             "exclusive": placement.exclusive,
-            "mems": None if placement.mems is None else _cpu_list(placement.mems),
+            "mems": None if placement.mems is None else format_cached(placement.mems),
             "devices": {k: list(v) for k, v in placement.devices.items()}}
 
 

@@ -5,7 +5,7 @@ gets the same checks and the same words everywhere. Errors name the file; each c
 into its own error type.
 
 A config file may carry the ``nri-numa run`` agent's own settings in a ``nriNuma:`` map next to
-the kubelet's keys (nri_numa.agent_settings). Every reader accepts the map, so one file serves
+the kubelet's keys (nri_numa.agent.settings). Every reader accepts the map, so one file serves
 the agent, the hook and the CLI; only the agent reads it (``read_config_document``).
 """
 
@@ -38,13 +38,13 @@ def read_topology_file(path: Path) -> Topology:
         raise InputFileError(f"{path}: {e}") from None
 
 
-SETTINGS_KEY = "nriNuma"  # nri_numa.agent_settings.SECTION, named here to keep this module light
+SETTINGS_KEY = "nriNuma"  # nri_numa.agent.settings.SECTION, named here to keep this module light
 
 
 @dataclass(frozen=True)
 class ConfigDocument:
     engine: EngineConfig
-    settings: object  # the nriNuma map as written (None: absent); agent_settings checks it
+    settings: object  # the nriNuma map as written (None: absent); agent.settings checks it
 
 
 def read_config_file(path: Path) -> EngineConfig:

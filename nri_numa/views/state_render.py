@@ -6,9 +6,9 @@ import json
 from typing import Any
 
 from nri_numa.engine.quantity import format_binary
-from nri_numa.state_view import ContainerView, MemoryHeld, StateView, age
 from nri_numa.topology.cpulist import format_list
 from nri_numa.topology.render import align
+from nri_numa.views.state_view import ContainerView, MemoryHeld, StateView, age
 
 _HEADER = ("POD", "CONTAINER", "ID", "QOS", "CPUSET", "CPUS", "MEMS", "MEMORY", "DEVICES",
            "CGROUP")

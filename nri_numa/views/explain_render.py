@@ -9,8 +9,8 @@ from typing import Any
 from nri_numa.engine.context import EngineContext
 from nri_numa.engine.hints import Hint
 from nri_numa.engine.merge import ProviderHints
-from nri_numa.explain import SINGLE_NUMA_NODE, Explanation, MergeExplanation, Verdict
-from nri_numa.simulate_render import align, device_names, format_hint, node_rows, placement_cells
+from nri_numa.views.explain import SINGLE_NUMA_NODE, Explanation, MergeExplanation, Verdict
+from nri_numa.views.simulate_render import align, device_names, format_hint, node_rows, placement_cells
 
 # Past this many hints a list is shown as its count and its first few.
 LONG_LIST = 8

@@ -34,14 +34,14 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_
 from prometheus_client.core import GaugeMetricFamily, Metric
 
 if TYPE_CHECKING:
-    from nri_numa.agent_settings import MetricsAddress
+    from nri_numa.agent.settings import MetricsAddress
     from nri_numa.engine.allocations import Allocations
     from nri_numa.engine.context import EngineContext
     from nri_numa.engine.decision import Decision
     from nri_numa.engine.memory.state import MemoryState
     from nri_numa.engine.request import ContainerRequest, PodRequest
-    from nri_numa.state.plugin_records import ContainerRecord
     from nri_numa.state.ledger import Ledger
+    from nri_numa.state.plugin_records import ContainerRecord
 
 log = logging.getLogger(__name__)
 

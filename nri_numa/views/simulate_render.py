@@ -11,9 +11,9 @@ from nri_numa.engine.context import EngineContext
 from nri_numa.engine.decision import Placement
 from nri_numa.engine.devices import device_id_key
 from nri_numa.engine.hints import Hint
-from nri_numa.simulate import Simulation, Step, StepKind
 from nri_numa.topology.cpulist import format_list
 from nri_numa.topology.render import align, gib
+from nri_numa.views.simulate import Simulation, Step, StepKind
 
 _HEADER = ("STEP", "POD", "CONTAINER", "QOS", "RESULT", "CPUS", "CPU MODE", "MEMS", "DEVICES",
            "HINT", "REASON")

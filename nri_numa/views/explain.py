@@ -23,7 +23,7 @@ from nri_numa.engine.merge import ProviderHints, provider_slots
 from nri_numa.engine.numa_info import NumaInfo
 from nri_numa.engine.policy.single_numa_node import filter_single_numa_hints
 from nri_numa.engine.scope import MergeStep
-from nri_numa.simulate import Entry, InputError, PodEntry, Simulator, Step, StepKind, known_pods
+from nri_numa.views.simulate import Entry, InputError, PodEntry, Simulator, Step, StepKind, known_pods
 
 SINGLE_NUMA_NODE = "single-numa-node"
 

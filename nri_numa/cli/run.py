@@ -1,0 +1,101 @@
+"""``nri-numa run``: the NRI plugin as a long-running agent (nri_numa.nri.daemon)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from nri_numa.cli.errors import CliError
+
+if TYPE_CHECKING:
+    from nri_numa.agent.settings import AgentSettings
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    # Defaults live in nri_numa.agent.settings (loaded only by `run`); the help texts repeat
+    # them, and a test keeps the two in step. Every flag can also be set in the config file's
+    # nriNuma map (docs/configuration.md); a flag given wins over the file.
+    p = sub.add_parser("run", help="run the NRI plugin (containerd, CRI-O) until stopped",
+                       description="Connect to the runtime's NRI socket and place every container "
+                                   "it creates; reconnects when the runtime restarts. Started by "
+                                   "the runtime itself (NRI_PLUGIN_SOCKET set), serves fd 3.")
+    p.add_argument("--nri-socket", metavar="PATH",
+                   help="the runtime's NRI socket (default /var/run/nri/nri.sock)")
+    p.add_argument("--config", metavar="FILE",
+                   help="KubeletConfiguration keys in YAML, and these settings in a nriNuma: "
+                        "map (packaging/nri-numa.conf.example)")
+    p.add_argument("--state-dir", metavar="DIR",
+                   help="where the ledger is kept across restarts (default /var/lib/nri-numa)")
+    p.add_argument("--topology", metavar="FILE",
+                   help="a topology captured with `nri-numa topology --json` (default: discover "
+                        "this machine)")
+    p.add_argument("--name", help="plugin name (default nri-numa)")
+    p.add_argument("--index", metavar="NN",
+                   help="plugin index, two digits: the order among plugins (default 90)")
+    p.add_argument("--pod-resources-socket", metavar="PATH",
+                   help="the kubelet's PodResources socket: CPUs and memory follow the devices "
+                        "the kubelet gave each container, while the socket exists (default "
+                        "/var/lib/kubelet/pod-resources/kubelet.sock; \"\" turns it off)")
+    p.add_argument("--dev-root", metavar="DIR",
+                   help="where the host's device nodes are, for the devices a container is "
+                        "given (default /dev)")
+    p.add_argument("--device-injection", choices=("nodes", "cdi", "auto"),
+                   help="how GPUs are given: device nodes, CDI names the runtime injects, or "
+                        "auto: CDI where the runtime applies it (containerd >= 2.1) and a CDI "
+                        "spec names the GPU, else nodes (default auto)")
+    p.add_argument("--cdi-spec-dirs", metavar="DIR[,DIR]",
+                   help="CDI spec dirs, later ones winning, as the runtime's (default "
+                        "/etc/cdi,/var/run/cdi)")
+    p.add_argument("--metrics-address", metavar="HOST:PORT",
+                   help="serve Prometheus metrics at http://HOST:PORT/metrics (default "
+                        "127.0.0.1:9109; \"off\" turns them off)")
+    p.add_argument("--log-format", choices=("text", "json"),
+                   help="text lines, or one JSON object per line with every decision's fields "
+                        "(default text)")
+    p.add_argument("--log-level", choices=("debug", "info", "warning", "error"),
+                   help="(default info)")
+    p.add_argument("--log-file", metavar="FILE", help="log here instead of standard error")
+    p.set_defaults(func=cmd_run)
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from nri_numa.agent.logs import LogSetupError, configure
+    from nri_numa.nri.daemon import DaemonError, DaemonOptions, run
+
+    config_file = args.config and Path(args.config)
+    settings = _run_settings(args, config_file)
+    try:
+        configure(settings.log_level, settings.log_format, settings.log_file)
+    except LogSetupError as e:
+        raise CliError(str(e)) from None
+    try:
+        run(DaemonOptions.from_settings(settings, config_file))
+    except DaemonError as e:
+        raise CliError(str(e)) from None
+    return 0
+
+
+def _run_settings(args: argparse.Namespace, config_file: Path | None) -> AgentSettings:
+    """The agent's settings: defaults, then the config file's nriNuma map, then the flags;
+    every problem in one error, before anything starts."""
+    from nri_numa.agent.settings import SettingsError, resolve
+    from nri_numa.agent.inputs import InputFileError, read_config_document
+
+    section = None
+    if config_file is not None:
+        try:
+            section = read_config_document(config_file).settings
+        except InputFileError as e:
+            raise CliError(str(e)) from None
+    flags = {"nri_socket": args.nri_socket, "state_dir": args.state_dir,
+             "topology_file": args.topology, "plugin_name": args.name,
+             "plugin_index": args.index, "metrics_address": args.metrics_address,
+             "log_format": args.log_format, "log_level": args.log_level,
+             "log_file": args.log_file, "pod_resources_socket": args.pod_resources_socket,
+             "dev_root": args.dev_root, "device_injection": args.device_injection,
+             "cdi_spec_dirs": args.cdi_spec_dirs}
+    try:
+        return resolve(section, str(config_file), flags)
+    except SettingsError as e:
+        raise CliError(str(e)) from None
