@@ -95,6 +95,14 @@ def decision_fields(event: str, pod: str, pod_uid: str, container_id: str, polic
             "devices": {k: list(v) for k, v in placement.devices.items()}}
 
 
+def repair_fields(pod: str, pod_uid: str, container: str, container_id: str,
+                  cpus: frozenset[int], mems: frozenset[int] | None, why: str) -> dict[str, Any]:
+    """A cpuset sent again to a container whose cgroup did not get it."""
+    return {"event": "repaired", "pod": pod, "pod_uid": pod_uid, "container": container,
+            "container_id": container_id, "cpus": format_cached(cpus),
+            "mems": None if mems is None else format_cached(mems), "detail": why}
+
+
 def refusal_fields(pod: str, pod_uid: str, container: str, container_id: str, policy: str | None,
                    reason: str, resource: str | None, message: str) -> dict[str, Any]:
     """A refused container: the kubelet's reason, the resource that did not fit, the text."""

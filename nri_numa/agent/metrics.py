@@ -65,6 +65,9 @@ class NoMetrics:
                 decision: Decision) -> None:
         pass
 
+    def repaired(self) -> None:
+        pass
+
 
 NO_METRICS = NoMetrics()
 
@@ -129,6 +132,9 @@ class PluginMetrics:
         self.memory_errors = Counter(
             "memory_manager_pinning_errors", "The number of memory pages allocations which "
             "required pinning failed.", namespace=PREFIX, registry=r)
+        self.cpuset_repairs = Counter(
+            "cpuset_repairs", "The number of cpusets sent again to a started container whose "
+            "cgroup missed an update.", namespace=PREFIX, registry=r)
         r.register(LedgerCollector(view))
 
     @contextmanager
@@ -158,6 +164,9 @@ class PluginMetrics:
                                (pinning.memory_error, self.memory_errors)):
             if moved:
                 counter.inc()
+
+    def repaired(self) -> None:
+        self.cpuset_repairs.inc()
 
 
 class LedgerCollector:

@@ -48,6 +48,9 @@ PRELAUNCH_NAME_ENV = "NRI_PLUGIN_NAME"
 PRELAUNCH_INDEX_ENV = "NRI_PLUGIN_IDX"
 BACKOFF_FIRST = 0.5  # seconds
 BACKOFF_CAP = 30.0
+# Where started containers' cpusets are read back (nri_numa.nri.start_check); the DaemonSet
+# mounts the host's /sys.
+CGROUP_ROOT = Path("/sys/fs/cgroup")
 
 
 class DaemonError(Exception):
@@ -260,7 +263,8 @@ def run(options: DaemonOptions, environ: dict[str, str] | None = None) -> None:
                                 kubelet_hints=hint_source(options.pod_resources_socket, topology),
                                 locator=DeviceLocator(topology, cdi=cdi),
                                 granter=DeviceGranter(topology, options.dev_root, cdi=cdi,
-                                                      injection=options.device_injection))
+                                                      injection=options.device_injection),
+                                cgroup_root=CGROUP_ROOT)
         except (ConfigError, CheckpointError) as e:
             raise DaemonError(str(e)) from None
         if isinstance(metrics, PluginMetrics) and options.metrics_address is not None:

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import logging
 
-from nri_numa.agent.logs import decision_fields, refusal_fields
+from nri_numa.agent.logs import decision_fields, refusal_fields, repair_fields
 from nri_numa.engine.decision import Placement
-from nri_numa.state.plugin_records import PodRecord
+from nri_numa.state.plugin_records import ContainerRecord, PodRecord
 from nri_numa.topology.cpulist import format_list
 
 # The plugin's modules log as one logger, the name its lines have always carried (the JSON
@@ -51,3 +51,16 @@ def refused(pod: PodRecord, container: str, container_id: str, policy: str | Non
         return
     log.info("refused %s: %s", describe(pod, container), text, extra=refusal_fields(
         pod_name(pod), pod.uid, container, container_id, policy, reason, resource, text))
+
+
+def repaired(pod: PodRecord | None, record: ContainerRecord, cpus: frozenset[int],
+             why: str) -> None:
+    """A started container's cpuset sent again (nri_numa.nri.start_check)."""
+    if not log.isEnabledFor(logging.INFO):
+        return
+    name = pod_name(pod) if pod is not None else record.pod_uid
+    fields = repair_fields(name, record.pod_uid, record.request.name, record.id, cpus,
+                           record.mems, why)
+    log.info("repaired pod %s container %s: cpus %s%s sent again after it started (%s)", name,
+             record.request.name, fields["cpus"],
+             "" if fields["mems"] is None else f", mems {fields['mems']}", why, extra=fields)

@@ -17,6 +17,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager, nullcontext
+from pathlib import Path
 
 from nri_numa.agent.inputs import InputFileError, NotYamlError, config_document
 from nri_numa.agent.metrics import NO_METRICS, NoMetrics, PluginMetrics
@@ -32,6 +33,7 @@ from nri_numa.nri.pb import api_pb2 as api
 from nri_numa.nri.persistence import StateFile, recorded
 from nri_numa.nri.records import Records
 from nri_numa.nri.session import PluginError
+from nri_numa.nri.start_check import Cpuset, StartCheck
 from nri_numa.runtime import (DeviceGranter, DeviceLocator, GrantError, RuntimeContainer,
                               RuntimeInputError)
 from nri_numa.state.checkpoint import CheckpointError, CheckpointStore
@@ -54,6 +56,7 @@ class NumaPlugin:
                  kubelet_hints: KubeletHints | None = None,
                  granter: DeviceGranter | None = None,
                  metrics: PluginMetrics | NoMetrics = NO_METRICS,
+                 cgroup_root: Path | None = None,
                  ) -> None:
         self._topology = topology
         self._granter = granter or DeviceGranter(topology)  # devices → nodes, rules, env
@@ -63,6 +66,7 @@ class NumaPlugin:
         self._one_kubelet_answer = getattr(kubelet_hints, "one_list", nullcontext)
         self._send_updates = send_updates or (lambda updates: None)
         self._metrics = metrics
+        self._starts = StartCheck(cgroup_root)  # None: compare with the creation only
         self._lock = threading.Lock()
         ctx = EngineContext.build(topology, config)
         self._state_file = StateFile(store, ctx)
@@ -110,6 +114,7 @@ class NumaPlugin:
                 placement = self._admit(container)
                 adjust = self._adjustment(placement, container)
                 updates = self._records.shared_updates(skip=container.id)
+                self._starts.created(container.id, Cpuset(placement.cpus, placement.mems))
         return api.CreateContainerResponse(adjust=adjust, update=updates)
 
     def update_container(self, req: api.UpdateContainerRequest) -> api.UpdateContainerResponse:
@@ -128,6 +133,9 @@ class NumaPlugin:
         return api.StopContainerResponse(update=updates)
 
     def state_change(self, event: api.StateChangeEvent) -> None:
+        if event.event == api.POST_START_CONTAINER:
+            self._post_start(event.container)
+            return
         with self._lock:
             if event.event == api.REMOVE_CONTAINER:
                 ids = [event.container.id]
@@ -141,6 +149,23 @@ class NumaPlugin:
 
     def shutdown(self) -> None:
         log.info("runtime asked nri-numa to shut down")
+
+    def _post_start(self, container: api.Container) -> None:
+        """Send a started container its cpuset again when an update may have missed its
+        cgroup (nri_numa.nri.start_check)."""
+        with self._lock:
+            record = self._records.containers.get(container.id)
+            if record is None:
+                self._starts.forget([container.id])
+                return
+            cpus = record.cpus if record.exclusive else self._records.shared
+            why = self._starts.missed(container.id, container.linux.cgroups_path,
+                                      Cpuset(cpus, record.mems))
+            if why is None:
+                return
+            self._metrics.repaired()
+            decision_log.repaired(self._records.pods.get(record.sandbox_id), record, cpus, why)
+        self._send_updates([translate.cpuset_update(record.id, cpus, record.mems)])
 
     # --- admission --------------------------------------------------------------------------
 
@@ -199,6 +224,7 @@ class NumaPlugin:
     def _release(self, ids: Sequence[str]) -> list[api.ContainerUpdate]:
         """Release containers; a failed write keeps the release: the file then holds more
         than is in use, which is safe."""
+        self._starts.forget(list(ids))
         released = self._records.release(ids)
         if not released:
             return []

@@ -27,8 +27,8 @@ LIVE_STATES = frozenset({api.CONTAINER_UNKNOWN, api.CONTAINER_CREATED, api.CONTA
 # The events the plugin handles; CreateContainer, UpdateContainer and StopContainer have their
 # own methods, the others arrive as StateChange.
 HANDLED_EVENTS = (api.RUN_POD_SANDBOX, api.STOP_POD_SANDBOX, api.REMOVE_POD_SANDBOX,
-                  api.CREATE_CONTAINER, api.UPDATE_CONTAINER, api.STOP_CONTAINER,
-                  api.REMOVE_CONTAINER)
+                  api.CREATE_CONTAINER, api.POST_START_CONTAINER, api.UPDATE_CONTAINER,
+                  api.STOP_CONTAINER, api.REMOVE_CONTAINER)
 
 
 def event_mask(events: Iterable[int]) -> int:

@@ -68,6 +68,19 @@ def systemd_slice_path(unit: str) -> str:
     return "".join("/" + "-".join(parts[:i]) + ".slice" for i in range(1, len(parts) + 1))
 
 
+def cgroup_path_of(cgroups_path: str) -> str | None:
+    """A container's cgroup in the hierarchy, from the cgroups path of its OCI spec: a path
+    (cgroupfs driver) or ``<slice>:<prefix>:<name>`` (systemd driver, which runc makes
+    ``<slice path>/<prefix>-<name>.scope``). None when empty or neither."""
+    if cgroups_path.startswith("/"):
+        return cgroups_path
+    parts = cgroups_path.split(":")
+    if len(parts) != 3 or not all(parts) or not parts[0].endswith(".slice"):
+        return None
+    unit, prefix, name = parts
+    return f"{systemd_slice_path(unit)}/{prefix}-{name}.scope"
+
+
 def parent_paths(cgroup_parent: str) -> tuple[str, ...]:
     """Where a pod's containers' cgroups sit, from the parent the runtime was given."""
     parent = cgroup_parent.strip()

@@ -33,7 +33,7 @@ from tests.integration.nri.odd_requests import odd_event
 MAX_FRAME = 16 << 20  # the plugin's limit on an incoming frame
 MAX_MESSAGE = 4 << 20  # ttrpc's limit on a message
 REQUEST, RESPONSE, DATA = 1, 2, 3
-EVENTS = 0x68F  # what the plugin subscribes to: its answer to Configure
+EVENTS = 0x6CF  # what the plugin subscribes to: its answer to Configure
 # Methods whose mutated requests cannot change how the plugin is configured or end the session.
 FUZZED_METHODS = ("CreateContainer", "UpdateContainer", "StopContainer", "StateChange")
 

@@ -79,7 +79,7 @@ def test_external_mode_retries_then_reconnects_after_a_runtime_restart(caplog):
         assert wait_for(lambda: connect.runtimes and connect.runtimes[0].registered.is_set())
         assert connect.attempts == 4
         first = connect.runtimes[0]
-        assert first.configure().events == 0x68F
+        assert first.configure().events == 0x6CF
         first.synchronize()
         first.close()  # containerd restarts: the plugin sees EOF and connects again
         assert wait_for(lambda: len(connect.runtimes) == 2 and connect.runtimes[1].registered.is_set())

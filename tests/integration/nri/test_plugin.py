@@ -174,7 +174,7 @@ def test_configure_subscribes_to_the_handled_events():
     plugin = new_plugin()
     reply = plugin.configure(api.ConfigureRequest(runtime_name="containerd",
                                                   runtime_version="1.7.24"))
-    assert reply.events == 0x68F
+    assert reply.events == 0x6CF
 
 
 @pytest.mark.parametrize("text, message", [

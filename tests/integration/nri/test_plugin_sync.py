@@ -206,7 +206,7 @@ def test_the_plugin_through_a_socketpair(state_dir):
         assert runtime.registered.wait(5)
         assert (runtime.registration.plugin_name, runtime.registration.plugin_idx) == (
             "nri-numa", "90")
-        assert runtime.configure().events == 0x68F
+        assert runtime.configure().events == 0x6CF
         be_pod, g_pod = msg.pod("be", "besteffort"), msg.pod("g")
         be = running(msg.container(be_pod, "app"), ALL, pid=1)
         assert not runtime.synchronize(

@@ -1,0 +1,71 @@
+"""Cpusets that a starting container missed, found at PostStartContainer.
+
+A cpuset update the plugin sends for a container that is being started can land in the stored
+spec only: containerd applies an update to the container's cgroup only once it counts the
+container as running, and between runc creating the cgroup (from the spec as it was then) and
+the start completing, it does not. The container then runs on the CPUs it was created with,
+exclusive CPUs of a newer container among them, while the runtime reports the new cpuset.
+
+So at PostStartContainer, when the container's cgroup exists and is running, two checks: did
+the cpuset change since the adjustment that created the container, and does the cgroup (where
+the agent can read it) hold what the ledger says. Either one calls for the cpuset to be sent
+again, now that it reaches the cgroup.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from nri_numa.runtime.cpuset_cgroups import (CpusetTree, cgroup_path_of, find_cpuset_tree,
+                                             read_cgroup)
+
+CpuSet = frozenset[int]
+
+
+@dataclass(frozen=True)
+class Cpuset:
+    cpus: CpuSet
+    mems: CpuSet | None  # None: memory nodes left as the runtime set them
+
+
+class StartCheck:
+    """What each container was created with, until it has started; and the cgroups to read."""
+
+    def __init__(self, cgroup_root: Path | None) -> None:
+        self._root = cgroup_root
+        self._tree: CpusetTree | None = None
+        self._created: dict[str, Cpuset] = {}
+
+    def created(self, container_id: str, cpuset: Cpuset) -> None:
+        self._created[container_id] = cpuset
+
+    def forget(self, container_ids: list[str]) -> None:
+        for container_id in container_ids:
+            self._created.pop(container_id, None)
+
+    def missed(self, container_id: str, cgroups_path: str, wanted: Cpuset) -> str | None:
+        """Why ``wanted`` must be sent again to this started container; None when it holds."""
+        created = self._created.pop(container_id, None)
+        if created is not None and created != wanted:
+            return "changed while it started"
+        cgroup = self._cgroup_cpuset(cgroups_path)
+        if cgroup is None:
+            return None
+        if cgroup.cpus != wanted.cpus or (wanted.mems is not None and cgroup.mems != wanted.mems):
+            return "its cgroup differs"
+        return None
+
+    def _cgroup_cpuset(self, cgroups_path: str) -> Cpuset | None:
+        path = cgroup_path_of(cgroups_path)
+        if path is None or self._root is None:
+            return None
+        if self._tree is None:
+            self._tree = find_cpuset_tree(self._root)
+            if self._tree is None:
+                self._root = None  # no cpuset hierarchy here: never looked for again
+                return None
+        reading = read_cgroup(self._tree, path)
+        if reading.cpus is None:
+            return None
+        return Cpuset(reading.cpus, reading.mems)
