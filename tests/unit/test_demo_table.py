@@ -130,13 +130,22 @@ def test_cleanup_runs_every_step_last_first_even_after_one_fails() -> None:
 
 
 def test_cleanup_ignores_ctrl_c_while_it_runs() -> None:
+    # A handler of the test's own, so the check holds however pytest was started (a background
+    # job or nohup starts it with SIGINT ignored): the cleanup restores what it found.
+    def found(signum, frame):
+        raise KeyboardInterrupt
+
     seen: list[object] = []
     stack = demo_cleanup.Cleanup()
     stack.push("interrupt", lambda: os.kill(os.getpid(), signal.SIGINT))
     stack.push("look", lambda: seen.append(signal.getsignal(signal.SIGINT)))
-    assert stack.run() == []
-    assert seen == [signal.SIG_IGN]
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    before = signal.signal(signal.SIGINT, found)
+    try:
+        assert stack.run() == []
+        assert seen == [signal.SIG_IGN]
+        assert signal.getsignal(signal.SIGINT) is found
+    finally:
+        signal.signal(signal.SIGINT, before)
 
 
 def test_a_signal_whose_exception_was_swallowed_is_raised_at_the_next_step() -> None:
