@@ -140,6 +140,6 @@ class WireRuntime:
 
 def frames(conn: int, data: bytes) -> bytes:
     """A message as containerd's ttrpc reaches the mux: one frame when it fits in 4096 bytes,
-    else 4096 bytes and then the rest (nri-wire.md §2.3)."""
+    else 4096 bytes and then the rest (docs/nri-protocol.md §2.3)."""
     parts = [data] if len(data) <= 4096 else [data[:4096], data[4096:]]
     return b"".join(FRAME.pack(conn, len(p)) + p for p in parts)

@@ -1,4 +1,9 @@
-"""Shared test fixtures: where ../shared lives, and the hwloc sysfs trees unpacked once."""
+"""Shared test fixtures, among them the hwloc project's sysfs test dumps unpacked once.
+
+Those dumps are hwloc's own test data (open-mpi/hwloc ``tests/hwloc/linux/*.tar.bz2``), not
+part of this repository: the tests look for them beside the checkout, in
+``../shared/fixtures/hwloc-sysfs/``, and skip when that folder is missing (docs/presets.md).
+"""
 
 from __future__ import annotations
 
@@ -30,7 +35,7 @@ def hwloc_fixture_names() -> list[str]:
 
 @pytest.fixture(scope="session")
 def hwloc_trees(tmp_path_factory) -> Iterator[dict[str, Path]]:
-    """name → the unpacked folder holding sys/ (and proc/); skips when ../shared is absent."""
+    """name → the unpacked folder holding sys/ (and proc/); skips when the dumps are absent."""
     names = hwloc_fixture_names()
     if not names:
         pytest.skip(f"hwloc sysfs fixtures not found at {HWLOC_FIXTURES}")

@@ -1,5 +1,5 @@
 """NRI messages built as containerd 1.7 builds them from what the kubelet sends (cgroupfs driver
-unless told otherwise): docs/real-runtimes.md, "What the kubelet sends"."""
+unless told otherwise): docs/nri-plugin.md, "What the kubelet sends"."""
 
 from __future__ import annotations
 

@@ -5,8 +5,8 @@ counts. Requests are stored *after* the API server's defaulting: a resource give
 has request = limit (``container_from_resources`` in manifest.py applies that rule), so
 ``cpu: 2`` in limits alone makes a Guaranteed container, exactly as on a real cluster.
 
-The pod totals follow the kubelet's init/sidecar rule (docs/kubelet-semantics.md §4.2, §5.1,
-§6): init containers run one at a time, each alongside the sidecars (restartable init
+The pod totals follow the kubelet's init/sidecar rule (docs/kubelet-algorithms.md §7, used by
+§4.2, §5.1, §6): init containers run one at a time, each alongside the sidecars (restartable init
 containers) started before it; app containers run together with every sidecar. The pod needs
 ``max(Σ app + Σ sidecars, max over regular init containers of (sidecars so far + its own))``.
 """

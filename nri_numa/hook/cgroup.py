@@ -2,9 +2,10 @@
 
 The cgroup comes from ``/proc/PID/cgroup`` of the container's init, never from the spec's
 ``cgroupsPath``: that one rule covers cgroupfs paths, podman's ``/libpod_parent/libpod-<id>`` and
-the systemd driver's ``<slice>/<prefix>-<name>.scope`` (docs/oci-hooks.md §1). cgroup v1 gives
-a ``N:cpuset:/path`` line (the hierarchy is mounted at ``<root>/<controllers>``); pure v2 gives
-``0::/path`` under ``<root>``. In a hybrid layout cpuset is in v1, so the v1 line wins.
+the systemd driver's ``<slice>/<prefix>-<name>.scope`` (docs/oci-hook.md, "What each runtime
+hands a hook"). cgroup v1 gives a ``N:cpuset:/path`` line (the hierarchy is mounted at
+``<root>/<controllers>``); pure v2 gives ``0::/path`` under ``<root>``. In a hybrid layout
+cpuset is in v1, so the v1 line wins.
 
 Safety: the path must be absolute and plain (no ``.``/``..``, NUL or newline), not the root
 cgroup, not the hook's own cgroup or one of its ancestors (that is the runtime's, not the
@@ -178,7 +179,8 @@ def _check_inside(cgroup: ContainerCgroup) -> None:
 
 def _write(path: Path, text: str) -> None:
     # os.write, not a buffered file: the kernel's ERANGE/EINVAL then arrives here and not in a
-    # close() that a file object's destructor would swallow (docs/oci-hooks.md §1).
+    # close() that a file object's destructor would swallow (docs/oci-hook.md, "What each
+    # runtime hands a hook").
     try:
         fd = os.open(path, _WRITE_FLAGS)
     except OSError as e:

@@ -1,7 +1,7 @@
 """What a runtime hands a hook: the OCI state on stdin, the spec in the bundle.
 
 The state is ``{"ociVersion", "id", "status", "pid", "bundle", "annotations"}``
-(docs/oci-hooks.md §1): runc leaves ``pid`` out at poststop, crun sends 0 there, and
+(docs/oci-hook.md, "What each runtime hands a hook"): runc leaves ``pid`` out at poststop, crun sends 0 there, and
 ``annotations`` is present only when the container has some. The spec is the bundle's
 ``config.json`` as the runtime loaded it; editing it from a hook changes nothing.
 """

@@ -3,7 +3,7 @@
 Each runtime event is a separate, short-lived process, and two containers may be created at the
 same moment. A transaction therefore runs entirely under the state folder's lock file (a
 separate file that is never replaced: locking the checkpoint itself would lock an inode that the
-atomic rename swaps away, docs/oci-hooks.md §5): load the checkpoint, drop what dead containers
+atomic rename swaps away; docs/oci-hook.md, "The shared ledger, and locking"): load the checkpoint, drop what dead containers
 held, decide, write cgroups, save atomically, unlock.
 
 The checkpoint is the plugin's format (``nri_numa.state.checkpoint``): the ledger, the pod and

@@ -1,6 +1,6 @@
 """``nri-numa run``: the plugin as a long-running agent.
 
-External mode (the recommended one, docs/nri-wire.md §7) connects to the runtime's NRI socket
+External mode (the recommended one, docs/nri-protocol.md §7) connects to the runtime's NRI socket
 and connects again whenever the socket is missing or stale or the runtime restarts, waiting a
 little longer each time (doubling, capped, with jitter so that many nodes do not retry in step).
 Every new connection registers again and gets a full Synchronize; a connection the runtime took

@@ -5,7 +5,7 @@ answers (docs/nri-plugin.md). Changes to *other* containers' cpusets (the shared
 or growing) go back in the same reply wherever the message has room for updates; the events
 whose reply is empty (RemoveContainer, StopPodSandbox, RemovePodSandbox) hand them to
 ``send_updates``, which the daemon sends after the handler has returned — never from inside a
-handler, where the runtime would deadlock (docs/nri-wire.md §6).
+handler, where the runtime would deadlock (docs/nri-protocol.md §6).
 
 Around the handlers: records.py (the ledger and the records, changed together),
 container_requests.py (a container → the engine's request), sync.py (Synchronize's adoption),

@@ -163,7 +163,7 @@ class NriSession:
         timeout: float = REQUEST_TIMEOUT,
     ) -> list[api_pb2.ContainerUpdate]:
         """Unsolicited updates (conn 2); returns the failed ones. Refuses (RuntimeError) when called
-        from inside a handler (the runtime deadlocks, nri-wire.md §6).
+        from inside a handler (the runtime deadlocks, docs/nri-protocol.md §6).
 
         While registration is still under way it waits for it, within the same ``timeout``.
         Raises TtrpcError when the runtime answers with an error or not within ``timeout``, and
@@ -218,8 +218,8 @@ class NriSession:
 
     def _after_reply(self, request: ttrpc_pb2.Request, code: int, elapsed: float) -> None:
         # A runtime whose Synchronize failed or timed out keeps the connection open but never
-        # adds the plugin, so no event would ever come (nri-wire.md §6). Closing is the only way
-        # to be synchronized again: the daemon connects anew.
+        # adds the plugin, so no event would ever come (docs/nri-protocol.md §6). Closing is the
+        # only way to be synchronized again: the daemon connects anew.
         if request.method != "Synchronize":
             return
         late = bool(request.timeout_nano) and elapsed * 1e9 > request.timeout_nano

@@ -1,6 +1,6 @@
 """NRI messages ⇄ the runtime layer and the engine's placements.
 
-Inbound: ``PodSandbox`` and ``Container`` (NRI v0.6.1, docs/nri-wire.md §8) become the
+Inbound: ``PodSandbox`` and ``Container`` (NRI v0.6.1, docs/nri-protocol.md §8) become the
 runtime-neutral ``RuntimePod``/``RuntimeContainer``. Outbound: a ``Placement`` (with the
 ``Grant`` of its devices) becomes the ``ContainerAdjustment`` of the container being created,
 and a cpuset for any other container becomes a ``ContainerUpdate``. cpus and mems travel in

@@ -1,7 +1,7 @@
 """Runtime containers → the engine's requests, for every front door.
 
 What a runtime knows is what the kubelet wrote into the container's Linux resources, not the
-pod spec, so each request is read back from it (docs/real-runtimes.md):
+pod spec, so each request is read back from it (docs/nri-plugin.md, "What the kubelet sends"):
 
 * **QoS** comes from the pod's cgroup parent, which the kubelet names after the class
   (``/kubepods/burstable/pod<uid>``, ``kubepods-besteffort-pod<uid>.slice``, ...). A runtime

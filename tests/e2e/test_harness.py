@@ -1,6 +1,6 @@
 """The harness against real containerd 1.7.24 and 2.1.9 with runc: pods and containers through CRI,
 cpusets read from the host's cgroups and from inside the container, a restart that keeps the pod,
-and a tiny external NRI plugin (raw frames, nri-wire.md §2-§5) whose adjustment really pins the
+and a tiny external NRI plugin (raw frames, docs/nri-protocol.md §2-§5) whose adjustment really pins the
 container to CPU 0. No code of nri_numa.nri is used: this proves the harness, not the plugin."""
 
 from __future__ import annotations
@@ -134,7 +134,7 @@ def test_a_bad_request_is_a_clear_grpc_error(cri_client: CriClient) -> None:
 
 PLUGIN_CONN, RUNTIME_CONN = 1, 2  # conn 1: runtime calls the plugin; conn 2: plugin calls the runtime
 TTRPC_REQUEST, TTRPC_RESPONSE = 1, 2
-MAX_OUTGOING_FRAME = 4096  # containerd's mux cannot take a bigger frame (nri-wire.md §2.4)
+MAX_OUTGOING_FRAME = 4096  # containerd's mux cannot take a bigger frame (docs/nri-protocol.md §2.4)
 EVENT_CREATE_CONTAINER = 0x8
 RUNTIME_SERVICE = "nri.pkg.api.v1alpha1.Runtime"
 
@@ -193,7 +193,7 @@ def cpuset_adjustment(cpus: str) -> bytes:
 class RawNriPlugin:
     """Registers, subscribes to CreateContainer only, answers Synchronize with nothing, and pins
     every created container to `cpus`. One reader thread answers the runtime inline, so Configure
-    may arrive before the RegisterPlugin reply (nri-wire.md §5) without a deadlock."""
+    may arrive before the RegisterPlugin reply (docs/nri-protocol.md §5) without a deadlock."""
 
     def __init__(self, socket_path: Path, name: str, index: str, cpus: str) -> None:
         self.socket_path, self.name, self.index, self.cpus = socket_path, name, index, cpus

@@ -3,7 +3,7 @@
 exclusive to two containers, and the plugin's checkpoint equals what the runtime applied.
 
 containerd treats a plugin that dies during an event as gone: the CRI call goes on without it
-(nri-wire.md §6), so a container whose creation was in flight starts unpinned, and the restarted
+(docs/nri-protocol.md §6), so a container whose creation was in flight starts unpinned, and the restarted
 plugin must find it in Synchronize and place it then."""
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The kubelet's CPU accumulator: free CPUs, the orderings over them, and whole-unit takes.
 
-§4.6 of docs/kubelet-semantics.md. Every ordering lists only units that still hold a free CPU and
+§4.6 of docs/kubelet-algorithms.md. Every ordering lists only units that still hold a free CPU and
 sorts "generically": fewest free CPUs first, ties by ascending id. Which of NUMA node and socket
 is the outer level depends on the machine (``CPUTopology.numa_first``).
 

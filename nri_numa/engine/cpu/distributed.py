@@ -1,4 +1,4 @@
-"""takeByTopologyNUMADistributed (§4.8 of docs/kubelet-semantics.md, KEP-2902).
+"""takeByTopologyNUMADistributed (§4.8 of docs/kubelet-algorithms.md, KEP-2902).
 
 For k = the fewest NUMA nodes that could hold the request, then k+1, ...: look at every k-subset
 of the NUMA nodes with free CPUs (in the accumulator's NUMA order) that can give each member an

@@ -1,4 +1,4 @@
-"""CPU topology hints: the kubelet's generateCPUTopologyHints (§4.9 of docs/kubelet-semantics.md).
+"""CPU topology hints: the kubelet's generateCPUTopologyHints (§4.9 of docs/kubelet-algorithms.md).
 
 ``cpu_hints(topology, available, reusable, request)`` lists the NUMA masks that could hold
 ``request`` exclusive CPUs, in the kubelet's IterateBitMasks order (by size, then

@@ -1,4 +1,4 @@
-"""takeByTopologyNUMAPacked (§4.7 of docs/kubelet-semantics.md)."""
+"""takeByTopologyNUMAPacked (§4.7 of docs/kubelet-algorithms.md)."""
 
 from __future__ import annotations
 

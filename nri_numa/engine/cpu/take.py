@@ -1,5 +1,5 @@
 """Choosing exclusive CPUs: the kubelet's takeByTopology (§4.5, 4.7, 4.8 of
-docs/kubelet-semantics.md).
+docs/kubelet-algorithms.md).
 
 ``take_cpus`` picks ``count`` CPUs out of ``available`` the way the static CPU Manager policy
 does with the given options:

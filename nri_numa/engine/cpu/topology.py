@@ -1,4 +1,4 @@
-"""The CPU layout the CPU Manager algorithms work on (§4.1 of docs/kubelet-semantics.md).
+"""The CPU layout the CPU Manager algorithms work on (§4.1 of docs/kubelet-algorithms.md).
 
 Every logical CPU has a core, a socket, a NUMA node and an uncore (last-level) cache. The kubelet
 derives its counters from the machine — NumCPUs, NumCores, NumSockets, NumNUMANodes,

@@ -1,4 +1,4 @@
-"""Device Manager topology hints (§6 of docs/kubelet-semantics.md), one resource at a time.
+"""Device Manager topology hints (§6 of docs/kubelet-algorithms.md), one resource at a time.
 
 ``device_hints`` answers for a container, ``pod_device_hints`` for a whole pod (pod scope; the
 pod's request comes from ``nri_numa.engine.request.pod_device_requests``). The answer is

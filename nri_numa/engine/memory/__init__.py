@@ -1,6 +1,6 @@
 """The Memory Manager's static policy, as pure functions over an immutable ``MemoryState``.
 
-Same answers as the kubelet's (docs/kubelet-semantics.md §5): ``memory_hints`` and friends give the
+Same answers as the kubelet's (docs/kubelet-algorithms.md §5): ``memory_hints`` and friends give the
 topology manager its memory hints, ``allocate`` places a container's memory and hugepages on the
 chosen NUMA nodes, ``remove`` gives them back. Every operation takes a state and returns a new one;
 the ledger stores it and makes operations transactional.

@@ -1,4 +1,4 @@
-"""Allocating and releasing a container's memory (§5.4–5.6 of docs/kubelet-semantics.md).
+"""Allocating and releasing a container's memory (§5.4–5.6 of docs/kubelet-algorithms.md).
 
 ``allocate(state, pod_id, container_name, request, hint, init_containers=...)`` places
 ``request`` (resource → bytes; non-memory resources are ignored) for a container of a Guaranteed

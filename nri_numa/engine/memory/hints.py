@@ -1,4 +1,4 @@
-"""Memory Manager topology hints (§5.3 of docs/kubelet-semantics.md).
+"""Memory Manager topology hints (§5.3 of docs/kubelet-algorithms.md).
 
 * ``memory_hints(state, pod_id, request)`` — every NUMA mask (in ``iterate_masks`` order: by size,
   then lexicographic) that could hold ``request`` (resource → bytes) now, the same masks for every

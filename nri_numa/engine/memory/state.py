@@ -1,4 +1,4 @@
-"""The Memory Manager's state as one immutable value (§5.2 of docs/kubelet-semantics.md).
+"""The Memory Manager's state as one immutable value (§5.2 of docs/kubelet-algorithms.md).
 
 ``MemoryState`` holds, per NUMA node, a ``MemoryTable`` per resource (total, system reserved,
 allocatable, reserved, free), the node's ``cells`` (the group of nodes it is allocated with; just

@@ -1,4 +1,4 @@
-"""The static CPU Manager as a provider (docs/kubelet-semantics.md §4.2–4.5, 4.9).
+"""The static CPU Manager as a provider (docs/kubelet-algorithms.md §4.2–4.5, 4.9).
 
 Guaranteed containers asking for whole CPUs get exclusive CPUs taken from the shared pool
 (minus reserved CPUs); everything else runs in the shared pool. With ``cpuManagerPolicy: none``

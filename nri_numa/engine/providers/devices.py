@@ -1,4 +1,4 @@
-"""The Device Manager as a provider (docs/kubelet-semantics.md §6), for the resources the context
+"""The Device Manager as a provider (docs/kubelet-algorithms.md §6), for the resources the context
 knows (GPUs by UUID, plus any the caller registers), with NVIDIA-style GPU choice.
 
 Two kinds of hint come from devices: for resources a container asks for (limits), the kubelet's

@@ -1,4 +1,4 @@
-"""The static Memory Manager as a provider (docs/kubelet-semantics.md §5).
+"""The static Memory Manager as a provider (docs/kubelet-algorithms.md §5).
 
 Guaranteed pods get their memory and hugepages reserved on the chosen NUMA nodes. With
 ``memoryManagerPolicy: None`` this provider has no preference and reserves nothing. Past

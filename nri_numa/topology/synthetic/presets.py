@@ -1,7 +1,7 @@
 """Named machines for tests, demos and ``nri-numa --preset``: real layouts, reproduced by rule.
 
 Where a preset follows a public dump, the layout facts (numbering, distances, buses) are those
-listed in docs/device-discovery.md §9 of the shared notes; sizes are round figures.
+that docs/presets.md lists with their public sources; sizes are round figures.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """A runtime side of the NRI protocol for tests and the benchmark, written apart from nri_numa's wire code.
 
-It behaves like containerd 1.7 as shared/docs/nri-wire.md describes it: it answers RegisterPlugin
+It behaves like containerd 1.7 as docs/nri-protocol.md describes it: it answers RegisterPlugin
 with a zero-length OK body, may send Configure before that answer, calls the plugin on connection 1
 with odd stream ids, and answers UpdateContainers. It records every frame the plugin sends so tests
 can check frame sizes and stream ids on the wire.

@@ -1,7 +1,7 @@
 """Found against real containerd (tests/e2e/test_nri_plugin*.py) and pinned here:
 
 * a Synchronize that fails or answers after the runtime's deadline leaves containerd holding the
-  connection without ever adding the plugin (nri-wire.md §6): the session must close it itself,
+  connection without ever adding the plugin (docs/nri-protocol.md §6): the session must close it itself,
   so that the daemon connects again and gets a new Synchronize;
 * the reconnection waits start over after every session the runtime took in, so a second
   containerd restart soon after the first is followed as quickly as the first.

@@ -20,12 +20,12 @@ from nri_numa.nri.session import NriSession, PluginError, SessionClosed
 from nri_numa.nri.wire.ttrpc_message import Code, TtrpcError
 from tests.integration.nri.fake_runtime import FRAME, CallFailed, FakeRuntime, byte_split
 
-# nri-wire.md §4: RegisterPlugin{"proto", "10"} with a 5 s deadline, as captured against containerd.
+# docs/nri-protocol.md §4: RegisterPlugin{"proto", "10"} with a 5 s deadline, as captured against containerd.
 REGISTER_PROTO_10 = bytes.fromhex(
     "000000020000004b000000410000000101000a1c6e72692e706b672e6170692e7631616c706861312e52756e74696d65"
     "120e5265676973746572506c7567696e1a0b0a0570726f746f120231302080e497d012"
 )
-# nri-wire.md §4: the plugin's Configure reply, status OK and events 0x7ff.
+# docs/nri-protocol.md §4: the plugin's Configure reply, status OK and events 0x7ff.
 CONFIGURE_REPLY_7FF = bytes.fromhex("00000001" "00000011" "00000007" "00000001" "0200" "0a00" "1203" "10ff0f")
 DEADLINE = 3.0
 

@@ -1,4 +1,4 @@
-"""The generated NRI schema carries the field numbers the runtime uses (nri-wire.md §3, §8)."""
+"""The generated NRI schema carries the field numbers the runtime uses (docs/nri-protocol.md §3, §8)."""
 
 from __future__ import annotations
 

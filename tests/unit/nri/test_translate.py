@@ -1,5 +1,5 @@
 """NRI messages ⇄ runtime layer and placements: fields read, fields written, and their wire
-numbers (docs/nri-wire.md §8)."""
+numbers (docs/nri-protocol.md §8)."""
 
 from __future__ import annotations
 

@@ -48,7 +48,7 @@ def test_qos_from_cgroup_parent(parent, qos):
 
 
 def kubelet_shares(millicores: int) -> int:
-    """The kubelet's MilliCPUToShares (docs/real-runtimes.md)."""
+    """The kubelet's MilliCPUToShares (``pkg/kubelet/cm/helpers_linux.go``; docs/nri-plugin.md)."""
     return max(2, millicores * 1024 // 1000)
 
 

@@ -180,7 +180,7 @@ CALCULATE_CASES = [
     ("two providers, same mask, both preferred", "best-effort",
      [{"r1": [hint(1)]}, {"r2": [hint(1)]}], hint(1)),
     # The 2019 table expected {0} preferred here; since the merge asks every preferred mask
-    # to be equal (docs/kubelet-semantics.md §3.5), the result is no longer preferred.
+    # to be equal (docs/kubelet-algorithms.md §3.5), the result is no longer preferred.
     ("two providers, one wider mask, both preferred", "best-effort",
      [{"r1": [hint(0)]}, {"r2": [hint(0, 1)]}], hint(0, preferred=False)),
     ("two providers, no common mask", "best-effort",

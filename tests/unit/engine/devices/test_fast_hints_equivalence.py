@@ -1,7 +1,7 @@
 """The faster device hints give exactly the plain walk's hints.
 
 ``plain_generate_hints`` is the rule as the kubelet states it (§6 of
-docs/kubelet-semantics.md): walk every mask in kubelet order, count the devices that touch it.
+docs/kubelet-algorithms.md): walk every mask in kubelet order, count the devices that touch it.
 The engine's version counts once per node (or per distinct device mask) and reads the counts of
 every mask from a table. Compared on seeded random resources: devices on one node, on several,
 on nodes the machine list leaves out, without nodes; unhealthy and unknown ids; reusable

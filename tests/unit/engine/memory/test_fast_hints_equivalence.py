@@ -2,7 +2,7 @@
 equal the ones the constructor builds.
 
 ``plain_memory_hints`` is the straightforward form of the rule (§5.3 of
-docs/kubelet-semantics.md): walk every mask in kubelet order, sum allocatable and free memory
+docs/kubelet-algorithms.md): walk every mask in kubelet order, sum allocatable and free memory
 over its nodes, keep it when it could ever fit, respects the groups and fits now (or with what
 this pod's init containers left). The engine's version keeps per-machine work with the state's
 capacity and filters whole lists; the states compared here come from random sequences of real
