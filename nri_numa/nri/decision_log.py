@@ -61,6 +61,6 @@ def repaired(pod: PodRecord | None, record: ContainerRecord, cpus: frozenset[int
     name = pod_name(pod) if pod is not None else record.pod_uid
     fields = repair_fields(name, record.pod_uid, record.request.name, record.id, cpus,
                            record.mems, why)
-    log.info("repaired pod %s container %s: cpus %s%s sent again after it started (%s)", name,
+    log.info("repaired pod %s container %s: cpus %s%s sent again (%s)", name,
              record.request.name, fields["cpus"],
              "" if fields["mems"] is None else f", mems {fields['mems']}", why, extra=fields)

@@ -103,6 +103,7 @@ class NumaPlugin:
                 sync.adopt(records, self._reader, container)
             updates = sync.restore_cpusets(records, {c.id: c for c in live},
                                            self._topology.online_cpus)
+            updates += self._cgroups_missed(req.containers, {u.container_id for u in updates})
         log.info("synchronized: %d containers managed, shared pool %s, %d updates",
                  len(records.containers), format_list(records.shared), len(updates))
         return api.SynchronizeResponse(update=updates)
@@ -149,6 +150,23 @@ class NumaPlugin:
 
     def shutdown(self) -> None:
         log.info("runtime asked nri-numa to shut down")
+
+    def _cgroups_missed(self, containers: Sequence[api.Container],
+                        updated: set[str]) -> list[api.ContainerUpdate]:
+        """Synchronize's updates for running containers whose cgroup missed an update that
+        their spec got (nri_numa.nri.start_check)."""
+        updates = []
+        for container in containers:
+            record = self._records.containers.get(container.id)
+            if record is None or record.id in updated:
+                continue
+            cpus = record.cpus if record.exclusive else self._records.shared
+            if self._starts.cgroup_differs(container.linux.cgroups_path, Cpuset(cpus, record.mems)):
+                self._metrics.repaired()
+                decision_log.repaired(self._records.pods.get(record.sandbox_id), record, cpus,
+                                      "its cgroup differed at Synchronize")
+                updates.append(translate.cpuset_update(record.id, cpus, record.mems))
+        return updates
 
     def _post_start(self, container: api.Container) -> None:
         """Send a started container its cpuset again when an update may have missed its

@@ -9,7 +9,9 @@ exclusive CPUs of a newer container among them, while the runtime reports the ne
 So at PostStartContainer, when the container's cgroup exists and is running, two checks: did
 the cpuset change since the adjustment that created the container, and does the cgroup (where
 the agent can read it) hold what the ledger says. Either one calls for the cpuset to be sent
-again, now that it reaches the cgroup.
+again, now that it reaches the cgroup. After a restart only the second is possible, and
+Synchronize makes it for every running container: the spec the runtime reports can be right
+while the cgroup is not.
 """
 
 from __future__ import annotations
@@ -49,12 +51,15 @@ class StartCheck:
         created = self._created.pop(container_id, None)
         if created is not None and created != wanted:
             return "changed while it started"
+        return "its cgroup differed after it started" if self.cgroup_differs(cgroups_path, wanted) else None
+
+    def cgroup_differs(self, cgroups_path: str, wanted: Cpuset) -> bool:
+        """Whether the container's cgroup, where it can be read, holds another cpuset."""
         cgroup = self._cgroup_cpuset(cgroups_path)
         if cgroup is None:
-            return None
-        if cgroup.cpus != wanted.cpus or (wanted.mems is not None and cgroup.mems != wanted.mems):
-            return "its cgroup differs"
-        return None
+            return False
+        return cgroup.cpus != wanted.cpus or (wanted.mems is not None
+                                              and cgroup.mems != wanted.mems)
 
     def _cgroup_cpuset(self, cgroups_path: str) -> Cpuset | None:
         path = cgroup_path_of(cgroups_path)

@@ -70,4 +70,4 @@ def test_besteffort_and_guaranteed_created_together_never_share_the_exclusive_cp
         for n in range(ROUNDS):
             one_round(cri_client, busybox_image, cgroup_layout, n)
     print(f"containerd {containerd.version}: {ROUNDS} rounds, "
-          f"{agent.log_count('sent again after it started')} cpusets sent again at start")
+          f"{agent.log_count('sent again (changed while it started)')} cpusets sent again at start")

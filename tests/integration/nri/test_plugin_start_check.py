@@ -52,8 +52,8 @@ def test_a_container_whose_cpuset_changed_while_it_started_gets_it_again(caplog)
     assert update.container_id == be.id and update.ignore_failure
     assert update.linux.resources.cpu.cpus == SHARED_WITHOUT_1
     assert update.linux.resources.cpu.mems == ""  # a shared container's memory stays alone
-    assert "repaired pod default/be container app: cpus 0,2-7 sent again after it started " \
-           "(changed while it started)" in caplog.text
+    assert "repaired pod default/be container app: cpus 0,2-7 sent again (changed while it " \
+           "started)" in caplog.text
     assert metrics.registry.get_sample_value("nri_numa_cpuset_repairs_total") == 1
     post_start(plugin, be_pod, be)  # a second PostStart (none comes, but it costs nothing)
     assert len(sent.batches) == 1
@@ -115,7 +115,7 @@ def test_a_cgroup_that_differs_from_the_ledger_is_repaired(tmp_path, driver, cap
     with caplog.at_level(logging.INFO, "nri_numa.nri.plugin"):
         post_start(plugin, be_pod, be, cgroups_path)
     assert [cpusets(batch) for batch in sent.batches] == [{be.id: ALL}]
-    assert "(its cgroup differs)" in caplog.text
+    assert "(its cgroup differed after it started)" in caplog.text
 
 
 def test_a_cgroup_that_matches_is_left_alone(tmp_path):
@@ -152,3 +152,23 @@ def test_no_cgroup_to_read_is_no_repair(tmp_path):
 ])
 def test_cgroup_path_of(given, path):
     assert cgroup_path_of(given) == path
+
+
+def test_synchronize_repairs_a_running_container_whose_cgroup_missed_an_update(tmp_path, caplog):
+    """After a restart the spec can be right while the cgroup is not: Synchronize reads it."""
+    be_pod = msg.pod("be", "besteffort")
+    be = msg.container(be_pod, "app")
+    sent = Sent()
+    plugin = plugin_with(sent, tmp_path / "cgroup")
+    create(plugin, be_pod, be)
+    path = f"{be_pod.linux.cgroup_parent}/{be.id}"
+    cgroup_tree(tmp_path / "cgroup", path, "0-3")
+    running = msg.container(be_pod, "app", cpus=ALL, state=api.CONTAINER_RUNNING, pid=42)
+    running.linux.cgroups_path = path
+    with caplog.at_level(logging.INFO, "nri_numa.nri.plugin"):
+        reply = plugin.synchronize(api.SynchronizeRequest(pods=[be_pod], containers=[running]))
+    assert cpusets(reply.update) == {be.id: ALL}
+    assert "(its cgroup differed at Synchronize)" in caplog.text
+    (tmp_path / "cgroup" / path.lstrip("/") / "cpuset.cpus").write_text(ALL)
+    reply = plugin.synchronize(api.SynchronizeRequest(pods=[be_pod], containers=[running]))
+    assert not reply.update
