@@ -1,8 +1,70 @@
 """``nri-numa``: the command line, a front door for people. One module per subcommand, each
-with its parser (``add_parser``) and handler (``cmd_<name>``); ``main`` builds the parser from
-them. Handlers import the library they use inside the function, so each command loads only what
-it needs (a hook run with a daemon loads nothing but ``nri_numa.hook.client``)."""
+with its parser (``add_parser``) and handler (``cmd_<name>``); ``nri_numa.cli.main`` builds the
+parser from them. Handlers import the library they use inside the function, so each command
+loads only what it needs.
 
-from nri_numa.cli.main import build_parser, main
+``main`` here is the entry point. A hook run goes to ``nri_numa.hook.client`` before anything of
+the command line is imported, argparse included: every hook process pays for each module it
+loads, and a burst of container starts runs fifty of them at once. With a hook daemon, that
+client is all a hook process loads.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from types import ModuleType
+from typing import Any
 
 __all__ = ["build_parser", "main"]
+
+
+def main(argv: list[str] | None = None) -> int:
+    given = sys.argv[1:] if argv is None else argv
+    if given[:1] != ["hook"]:
+        return _commands().main(argv)
+    # The guard keeps --timeout, counted from the process's start, over everything that follows,
+    # running in process included (nri_numa.hook.deadline).
+    from nri_numa.hook.client import guarded
+    from nri_numa.hook.client import main as forward
+
+    with guarded(given[1:]):
+        code = forward(given[1:])
+        if code is not None:
+            return code
+        code = _commands().main(argv)
+    if argv is None:  # the hook process itself, run by the runtime
+        _exit_now(code)
+    return code
+
+
+def _exit_now(code: int) -> None:
+    """End the hook process without finalizing the interpreter: with the engine loaded that
+    takes tens of ms of CPU, which a burst on two CPUs stretches towards the runtime's kill.
+    Everything the run wrote is on disk already (os.write, fsync; the log handler is closed)."""
+    import os
+
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(code)
+
+
+_entry_point = main
+
+
+def _commands() -> ModuleType:
+    """nri_numa.cli.main, with argparse and every command's module, loaded on first use."""
+    module = importlib.import_module("nri_numa.cli.main")
+    # Importing a submodule sets it as the package's attribute of that name: ``main`` here would
+    # then be the module nri_numa.cli.main instead of this function.
+    globals()["main"] = _entry_point
+    return module
+
+
+def __getattr__(name: str) -> Any:
+    if name == "build_parser":
+        return _commands().build_parser
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

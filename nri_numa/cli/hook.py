@@ -31,8 +31,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--log-file", metavar="FILE",
                    help="where each run is logged (default <state-dir>/hook.log)")
     p.add_argument("--timeout", type=float, metavar="SECONDS",
-                   help="give up (and fail) after this long; keep it below the runtime's hook "
-                        "timeout (default 4)")
+                   help="give up (and fail) this long after the hook process started; keep it "
+                        "below the runtime's hook timeout (default 4)")
+    p.add_argument("--start-daemon", action="store_true",
+                   help="when no hook daemon listens on <state-dir>/hook.sock, start one "
+                        "(detached) and hand it this run, rather than loading the engine in this "
+                        "process: the setup without systemd that holds under a burst of "
+                        "container starts (docs/oci-hook.md)")
     p.add_argument("--cgroup-root", metavar="DIR", help=argparse.SUPPRESS)  # tests: fake trees
     p.add_argument("--proc-root", metavar="DIR", help=argparse.SUPPRESS)
     p.set_defaults(func=cmd_hook)
@@ -49,17 +54,46 @@ def add_hook_input_options(p: argparse.ArgumentParser) -> None:
 
 
 def cmd_hook(args: argparse.Namespace) -> int:
-    from nri_numa.hook.entry import HookOptions, run
+    """The stage in this process (no hook daemon answered), once it has a turn
+    (nri_numa.hook.slots): under a burst the others sleep rather than all loading the engine at
+    once, and give up at the deadline with the burst's reason."""
+    import time
 
-    given = {"state_dir": args.state_dir and Path(args.state_dir),
-             "config_file": args.config and Path(args.config),
-             "topology_file": args.topology and Path(args.topology),
-             "log_file": args.log_file and Path(args.log_file),
-             "timeout": args.timeout,
-             "cgroup_root": args.cgroup_root and Path(args.cgroup_root),
-             "proc_root": args.proc_root and Path(args.proc_root)}
+    from nri_numa.hook import deadline, slots
+    from nri_numa.hook.client import DEFAULT_STATE_DIR, DEFAULT_TIMEOUT_S
+
+    guard = deadline.ACTIVE
+    started = deadline.process_started() if guard is None else guard.started
+    timeout = DEFAULT_TIMEOUT_S if args.timeout is None else args.timeout
+
+    def left() -> float:
+        return timeout - (time.monotonic() - started)
+
+    if guard is not None:
+        guard.phase, guard.hint = "waiting for a turn to run in process", deadline.BURST_HINT
+    # (No turn for a timeout argparse let through that HookOptions refuses below.)
+    turn = slots.take_turn(args.state_dir or DEFAULT_STATE_DIR, left) if left() > 0 else None
     try:
-        options = HookOptions(args.stage, **{k: v for k, v in given.items() if v is not None})
-    except ValueError as e:
-        raise CliError(str(e)) from None
-    return run(options, sys.stdin.buffer, sys.stdout, sys.stderr)
+        if turn is None and left() <= 0 and guard is not None:
+            guard.give_up()
+        if guard is not None:
+            guard.phase = "loading nri-numa's hook"
+        # Imported once the turn is held: even this much is slow when fifty hooks import it.
+        from nri_numa.hook.entry import HookOptions, run
+
+        given = {"state_dir": args.state_dir and Path(args.state_dir),
+                 "config_file": args.config and Path(args.config),
+                 "topology_file": args.topology and Path(args.topology),
+                 "log_file": args.log_file and Path(args.log_file),
+                 "timeout": args.timeout,
+                 "cgroup_root": args.cgroup_root and Path(args.cgroup_root),
+                 "proc_root": args.proc_root and Path(args.proc_root)}
+        try:
+            options = HookOptions(args.stage, **{k: v for k, v in given.items() if v is not None})
+        except ValueError as e:
+            raise CliError(str(e)) from None
+        # run's own timer takes over from the guard, with the same deadline.
+        return run(options, sys.stdin.buffer, sys.stdout, sys.stderr, started=started,
+                   timeout_hint=deadline.BURST_HINT)
+    finally:
+        slots.release(turn)

@@ -25,14 +25,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    given = sys.argv[1:] if argv is None else argv
-    if given[:1] == ["hook"]:
-        # Before argparse and the engine: with a daemon, this is all a hook process loads.
-        from nri_numa.hook.client import main as forward
-
-        code = forward(given[1:])
-        if code is not None:
-            return code
+    """Every command through argparse. The entry point (``main`` of the package nri_numa.cli)
+    hands a hook run to the hook client first and comes here only to run it in process."""
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)

@@ -8,6 +8,9 @@ checkpoint lock, so a hook that runs in process (no daemon yet, or one that was 
 never writes the ledger at the same moment.
 
 The socket is ``<state-dir>/hook.sock``, mode 0600: whoever may connect may place containers.
+The daemon binds it itself, or takes it already listening (nri_numa.hook.activation) from
+systemd's socket unit or from a hook that started the daemon on demand (nri_numa.hook.ondemand);
+a socket handed over stays where it is when the daemon stops, as its owner left it.
 """
 
 from __future__ import annotations
@@ -27,8 +30,10 @@ from pathlib import Path
 from typing import Any
 
 from nri_numa.hook import entry
+from nri_numa.hook.activation import ActivationError, inherited_listener
 from nri_numa.hook.client import SOCKET_NAME, ProtocolError, read_line
 from nri_numa.hook.machine import Machine, MachineError, load_machine, online_cpus
+from nri_numa.hook.ondemand import StartError, bind_listener, take_start_lock
 
 REQUEST_READ_TIMEOUT_S = 2.0  # a client sends its request at once; a silent one is dropped
 
@@ -56,11 +61,23 @@ class DaemonOptions:
 
 
 class MachineKeeper:
-    """The loaded machine, reloaded only when a discovered topology's CPUs went on/offline."""
+    """The loaded machine, reloaded only when a discovered topology's CPUs went on/offline.
 
-    def __init__(self, options: DaemonOptions) -> None:
+    ``lazy``: a machine that cannot be loaded at start is tried again at each run, which fails
+    with the reason until it loads. A daemon whose socket was handed over takes that course:
+    hooks already wait on the socket, and exiting would only answer them with a closed
+    connection (and have systemd or the next hook start it again, to fail the same way)."""
+
+    def __init__(self, options: DaemonOptions, lazy: bool = False) -> None:
         self.options = options
-        self.machine = self._load()
+        self.machine: Machine | None = None
+        try:
+            self.machine = self._load()
+        except MachineError as e:
+            if not lazy:
+                raise
+            log.error("cannot load the machine; each hook run fails with this until it loads: "
+                      "%s", e)
 
     def __call__(self, hook: entry.HookOptions) -> Machine:
         # A hook configured differently from the daemon would get another machine's answer.
@@ -70,7 +87,9 @@ class MachineKeeper:
             if asked != served:
                 raise MachineError(f"the hook daemon serves {what} {served or '(none)'}, this "
                                    f"hook asks for {asked or '(none)'}; give both the same")
-        if self.options.topology_file is None \
+        if self.machine is None:
+            self.machine = self._load()
+        elif self.options.topology_file is None \
                 and online_cpus() not in (None, self.machine.topology.online_cpus):
             log.info("the online CPUs changed: loading the machine again")
             self.machine = self._load()
@@ -130,14 +149,21 @@ def serve(options: DaemonOptions) -> None:
     stopping = _StopFlag()
     _log_to(options.log_file or options.state_dir / entry.LOG_NAME)
     try:
-        machine = MachineKeeper(options)
+        listener = inherited_listener(options.socket_path)
+    except ActivationError as e:
+        raise DaemonError(str(e)) from None
+    try:
+        machine = MachineKeeper(options, lazy=listener is not None)
     except MachineError as e:
         raise DaemonError(str(e)) from None
     if stopping.requested:
         return
-    listener = _listen(options.socket_path)
-    inode = options.socket_path.stat().st_ino
-    log.info("hook daemon %d listening on %s", os.getpid(), options.socket_path)
+    inode: int | None = None  # a socket handed over is its owner's to remove
+    if listener is None:
+        listener = _listen(options.socket_path)
+        inode = options.socket_path.stat().st_ino
+    log.info("hook daemon %d listening on %s%s", os.getpid(), options.socket_path,
+             "" if inode is not None else " (socket handed over)")
     try:
         while not stopping.requested:
             with stopping.interruptible():
@@ -147,7 +173,8 @@ def serve(options: DaemonOptions) -> None:
     except _Stop:
         pass
     finally:
-        _remove_socket(options.socket_path, inode)
+        if inode is not None:
+            _remove_socket(options.socket_path, inode)
         listener.close()
         log.info("hook daemon %d stopped", os.getpid())
 
@@ -169,21 +196,20 @@ def _serve_one(conn: socket.socket, options: DaemonOptions, machine: MachineKeep
 def _listen(path: Path) -> socket.socket:
     try:
         path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        # The lock a hook starting a daemon on demand holds while it binds: never both at once.
+        lock = take_start_lock(str(path.parent))
     except OSError as e:
-        raise DaemonError(f"cannot create {path.parent}: {e.strerror}") from None
-    _clear_stale(path)
-    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    old_umask = os.umask(0o177)  # born 0600: no moment where others could connect
+        raise DaemonError(f"cannot create {path.parent} or its start lock: {e.strerror}") \
+            from None
     try:
-        listener.bind(str(path))
-        os.chmod(path, 0o600)
-        listener.listen(64)
+        _clear_stale(path)
+        return bind_listener(str(path))
+    except StartError as e:
+        raise DaemonError(str(e)) from None
     except OSError as e:
-        listener.close()
         raise DaemonError(f"cannot listen on {path}: {e.strerror}") from None
     finally:
-        os.umask(old_umask)
-    return listener
+        os.close(lock)
 
 
 def _clear_stale(path: Path) -> None:

@@ -7,7 +7,8 @@ ends anything else that hangs (the runtime would otherwise kill the hook at the 
 ``timeout`` without a word). Set ``--timeout`` a second or so below that value.
 
 ``run`` is also what ``nri-numa hook-daemon`` runs for each forwarded hook (nri_numa.hook.daemon),
-with the machine kept loaded and the timeout counted from when the hook process started.
+with the machine kept loaded. Either way the timeout counts from when the hook process started
+(nri_numa.hook.deadline): the runtime's clock does.
 """
 
 from __future__ import annotations
@@ -67,24 +68,37 @@ class HookOptions:
 
 
 def run(options: HookOptions, stdin: IO[bytes], stdout: IO[str], stderr: IO[str],
-        machine: MachineSource | None = None, started: float | None = None) -> int:
+        machine: MachineSource | None = None, started: float | None = None,
+        timeout_hint: str = "") -> int:
     """Exit status 0 when the stage did its work, 1 (and the reason on stderr) otherwise.
 
     ``machine`` defaults to loading it from the options; ``started`` (a ``time.monotonic()``
-    value, default now) is when the run began, which the timeout counts from."""
+    value, default now) is when the run began, which the timeout counts from. ``timeout_hint``
+    (a hook running in process): a give-up says what the run was doing, and where that was a
+    burst's doing (loading the engine, the state lock), what helps."""
     started = time.monotonic() if started is None else started
     handler = _log_to_file(options)
     left = options.timeout - (time.monotonic() - started)
+    phase = _Phase()
     try:
         if left <= 0:  # spent waiting for the daemon to take the run
-            return _fail(options, stderr, f"gave up after {options.timeout:g} s (--timeout)")
+            return _fail(options, stderr, f"gave up after {options.timeout:g} s (--timeout)",
+                         started)
         with _deadline(left):
             try:
-                done = _run_stage(options, stdin, stdout, started, machine or load_machine)
+                done = _run_stage(options, stdin, stdout, started, machine or load_machine,
+                                  phase)
             except HookTimeout:
-                return _fail(options, stderr, f"gave up after {options.timeout:g} s (--timeout)")
+                return _fail(options, stderr, phase.gave_up(options.timeout, timeout_hint),
+                             started)
             except Exception as e:  # fail closed on anything, with a reason
-                return _fail(options, stderr, _reason(e))
+                if timeout_hint and _is_lock_timeout(e):
+                    from nri_numa.hook.deadline import gave_up_early
+
+                    return _fail(options, stderr, gave_up_early(
+                        options.timeout, f"waiting for the state lock ({e})", timeout_hint),
+                        started)
+                return _fail(options, stderr, _reason(e), started)
         log.info("%s: %s (%.0f ms)", options.stage, done, (time.monotonic() - started) * 1000)
         return 0
     finally:
@@ -99,11 +113,31 @@ def load_machine(options: HookOptions) -> Machine:
     return load(options.state_dir, options.config_file, options.topology_file)
 
 
+class _Phase:
+    """What a run is doing, for the line it gives up with."""
+
+    # Where a burst of hooks in process spends its time: the hint applies there only (a
+    # runtime that never closes stdin, say, is not helped by the hook daemon).
+    BURST = ("loading the engine", "loading the machine")
+
+    def __init__(self) -> None:
+        self.now = "loading the engine"
+
+    def gave_up(self, timeout: float, hint: str) -> str:
+        if not hint:
+            return f"gave up after {timeout:g} s (--timeout)"
+        from nri_numa.hook.deadline import gave_up
+
+        return gave_up(timeout, self.now, hint if self.now in self.BURST else "")
+
+
 def _run_stage(options: HookOptions, stdin: IO[bytes], stdout: IO[str], started: float,
-               machine_source: MachineSource) -> str:
+               machine_source: MachineSource, phase: _Phase | None = None) -> str:
+    phase = phase or _Phase()
     from nri_numa.hook import stages
     from nri_numa.state.checkpoint import CheckpointStore
 
+    phase.now = "reading the OCI state on stdin"
     raw = read_input(stdin)
     stage = STAGES[options.stage]
     state = spec = None
@@ -113,7 +147,9 @@ def _run_stage(options: HookOptions, stdin: IO[bytes], stdout: IO[str], started:
         state = parse_state(raw)
         if stage == "createRuntime":
             spec = read_spec(state.bundle)
+    phase.now = "loading the machine"
     machine = machine_source(options)
+    phase.now = f"running {stage}"
     left = options.timeout - (time.monotonic() - started) - _LOCK_MARGIN_S
     env = stages.HookEnv(machine, CheckpointStore(options.state_dir, machine.fingerprint),
                          CgroupFs(options.cgroup_root, options.proc_root), max(left, 0.0))
@@ -127,11 +163,21 @@ def _run_stage(options: HookOptions, stdin: IO[bytes], stdout: IO[str], started:
     return done
 
 
-def _fail(options: HookOptions, stderr: IO[str], reason: str) -> int:
+def _fail(options: HookOptions, stderr: IO[str], reason: str,
+          started: float | None = None) -> int:
     line = " ".join(reason.split())  # one line, whatever the message held
-    log.error("%s: %s", options.stage, line)
+    if started is None:
+        log.error("%s: %s", options.stage, line)
+    else:  # the log line also says how long the run took, as a successful run's does
+        log.error("%s: %s (%.0f ms)", options.stage, line, (time.monotonic() - started) * 1000)
     print(f"nri-numa hook {options.stage}: {line}", file=stderr, flush=True)
     return 1
+
+
+def _is_lock_timeout(e: Exception) -> bool:
+    from nri_numa.hook.stages import LockTimeout  # loaded already: the stage raised it
+
+    return isinstance(e, LockTimeout)
 
 
 def _reason(e: Exception) -> str:

@@ -34,7 +34,7 @@ from nri_numa.hook.shared_ledger import Move, ProcessRecord, Refused, SharedLedg
 from nri_numa.runtime import (DeviceGranter, DeviceLocator, GrantError, RuntimeContainer,
                               RuntimeInputError, asked_devices, requested_devices)
 from nri_numa.runtime.oci_spec import is_sandbox, runtime_container
-from nri_numa.state.checkpoint import CheckpointError, CheckpointStore
+from nri_numa.state.checkpoint import CheckpointError, CheckpointStore, LockBusy
 from nri_numa.topology.cpulist import format_list
 
 log = logging.getLogger("nri_numa.hook")
@@ -42,6 +42,10 @@ log = logging.getLogger("nri_numa.hook")
 
 class HookError(Exception):
     """The stage failed or refused; the message is the one line the runtime shows."""
+
+
+class LockTimeout(HookError):
+    """The state lock stayed held until the run had to give up to end within its timeout."""
 
 
 @dataclass(frozen=True)
@@ -149,6 +153,8 @@ def _transaction(env: HookEnv, keep: str | None = None) -> Iterator[SharedLedger
     ledger to the stage, unlock. The stage saves."""
     try:
         env.store.lock(timeout=env.lock_timeout)
+    except LockBusy as e:
+        raise LockTimeout(str(e)) from None
     except CheckpointError as e:
         raise HookError(str(e)) from None
     try:

@@ -52,6 +52,10 @@ class CheckpointError(Exception):
     """The state cannot be written (the good file is untouched) or the folder is in use."""
 
 
+class LockBusy(CheckpointError):
+    """Another process held the state folder's lock for the whole wait."""
+
+
 def machine_fingerprint(topology: Topology) -> str:
     """What a checkpoint's CPU and device ids mean on this machine: CPUs with their core,
     socket and node, and GPUs by UUID. Free hugepages and warnings change while the machine is
@@ -96,9 +100,9 @@ class CheckpointStore:
                 left = 0.0 if deadline is None else deadline - time.monotonic()
                 if left <= 0:
                     os.close(fd)
-                    waited = "" if timeout is None else f" (waited {timeout:g} s)"
-                    raise CheckpointError(f"{self.dir} is in use by another nri-numa{waited}; "
-                                          f"it holds {self.dir / LOCK_NAME}") from None
+                    waited = "" if timeout is None else f" (waited {timeout:.3g} s)"
+                    raise LockBusy(f"{self.dir} is in use by another nri-numa{waited}; "
+                                   f"it holds {self.dir / LOCK_NAME}") from None
                 time.sleep(min(delay, left))
                 delay = min(delay * 2, _LOCK_LAST_WAIT)
         self._lock_fd = fd
