@@ -116,11 +116,13 @@ def main() -> int:
     parser.add_argument("--timeouts", metavar="RUNTIME,OWN",
                         help="the runtime's hook timeout and the hook's --timeout to try "
                              "instead of the shipped ones")
+    parser.add_argument("--hook", type=Path, default=Path(sys.executable).with_name("nri-numa"),
+                        help="the nri-numa executable the hooks run (another build, to compare)")
     parser.add_argument("--background", type=int, default=0,
                         help="CPU-bound processes kept running through each burst (another "
                              "workload on the node)")
     args = parser.parse_args()
-    hook = Path(sys.executable).with_name("nri-numa")
+    hook = args.hook
     timeouts = None
     if args.timeouts:
         runtime_s, own_s = args.timeouts.split(",")
@@ -130,19 +132,45 @@ def main() -> int:
           f"{'' if timeouts else ' (as shipped)'}; "
           f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}, "
           f"{args.background} CPU-bound processes beside")
+    results: dict[str, list[dict]] = {}
     for round_ in range(args.rounds):
         for mode in args.modes.split(","):
             lab = hb.make_lab(hook, find_busybox())
             spinners = [subprocess.Popen([sys.executable, "-c", "while True: pass"])
                         for _ in range(args.background)]
             try:
-                report(mode, run_mode(lab, mode, args.containers, args.exclusive, timeouts))
+                result = run_mode(lab, mode, args.containers, args.exclusive, timeouts)
             finally:
                 for spinner in spinners:
                     spinner.kill()
                     spinner.wait()
                 hb.cleanup(lab)
+            report(mode, result)
+            results.setdefault(mode, []).append(result)
+    summary(results)
     return 0
+
+
+def summary(results: dict[str, list[dict]]) -> None:
+    """All rounds together, as docs/oci-hook.md gives them: the hook runs of every round pooled
+    for the percentiles."""
+    print("\n| mode | rounds | started | refused by nri-numa | hooks killed by runc | "
+          "createRuntime p50 / p99 / max | poststop p50 / p99 / max |\n"
+          "|---|---|---|---|---|---|---|")
+    for mode, rounds in results.items():
+        created = [o for r in rounds for o in r["created"].values()]
+        started = sum(o.returncode == 0 for o in created)
+        refused = sum(o.returncode != 0 and "nri-numa hook createRuntime:" in o.stderr
+                      for o in created)
+        killed = sum(hb.KILLED in o.stderr for r in rounds
+                     for o in [*r["created"].values(), *r["deleted"].values()])
+        cells = []
+        for stage in ("createRuntime", "poststop"):
+            p50, p99, top = hb.percentiles([run.ms for r in rounds for run in r["runs"]
+                                            if run.stage == stage])
+            cells.append(f"{p50 / 1000:.1f} / {p99 / 1000:.1f} / {top / 1000:.1f} s")
+        print(f"| {mode} | {len(rounds)} | {started} | {refused} | {killed} | {cells[0]} | "
+              f"{cells[1]} |")
 
 
 if __name__ == "__main__":

@@ -28,10 +28,14 @@ def main(argv: list[str] | None = None) -> int:
     from nri_numa.hook.client import guarded
     from nri_numa.hook.client import main as forward
 
-    with guarded(given[1:]):
+    with guarded(given[1:]) as guard:
         code = forward(given[1:])
         if code is not None:
             return code
+        if guard is not None:  # no daemon: the hook runs here, its command line loaded first
+            from nri_numa.hook.deadline import BURST_HINT
+
+            guard.phase, guard.hint = "loading nri-numa's command line", BURST_HINT
         code = _commands().main(argv)
     if argv is None:  # the hook process itself, run by the runtime
         _exit_now(code)

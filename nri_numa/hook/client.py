@@ -187,12 +187,16 @@ def forward(args: list[str], stdin: Any, stdout: Any, stderr: Any,
         return None
     # The daemon counts the time spent before it took the request, from this process's start.
     options["started"] = time.time() - (time.monotonic() - started)
-    if guard is not None:
-        guard.phase, guard.hint = "waiting for the hook daemon's answer", deadline.DAEMON_HINT
     try:
         with conn:
+            if guard is not None:
+                guard.phase = "reading the OCI state on stdin"
+            request = encode_request(stage, stdin.read(), options)
+            if guard is not None:
+                guard.phase, guard.hint = ("waiting for the hook daemon's answer",
+                                           deadline.DAEMON_HINT)
             conn.settimeout(max(left(), 0.001))
-            conn.sendall(encode_request(stage, stdin.read(), options))
+            conn.sendall(request)
             code, out, err = decode_reply(read_line(conn))
     except TimeoutError:
         return _fail(stderr, stage, f"no answer from the hook daemon at {path} within "

@@ -3,9 +3,9 @@
 A hook process spends most of its time starting Python and importing the engine. The daemon
 pays that once; each ``nri-numa hook`` then forwards its run (nri_numa.hook.client) and the
 daemon runs it with exactly the code an in-process hook runs (``entry.run``), with the machine
-already loaded. One run at a time: the accept loop is the queue. Each run still takes the
-checkpoint lock, so a hook that runs in process (no daemon yet, or one that was just stopped)
-never writes the ledger at the same moment.
+already loaded. One run at a time, each as soon as its request is in (nri_numa.hook.inbox).
+Each run still takes the checkpoint lock, so a hook that runs in process (no daemon yet, or one
+that was just stopped) never writes the ledger at the same moment.
 
 The socket is ``<state-dir>/hook.sock``, mode 0600: whoever may connect may place containers.
 The daemon binds it itself, or takes it already listening (nri_numa.hook.activation) from
@@ -31,11 +31,12 @@ from typing import Any
 
 from nri_numa.hook import entry
 from nri_numa.hook.activation import ActivationError, inherited_listener
-from nri_numa.hook.client import SOCKET_NAME, ProtocolError, read_line
+from nri_numa.hook.client import SOCKET_NAME
+from nri_numa.hook.inbox import Inbox
 from nri_numa.hook.machine import Machine, MachineError, load_machine, online_cpus
 from nri_numa.hook.ondemand import StartError, bind_listener, take_start_lock
 
-REQUEST_READ_TIMEOUT_S = 2.0  # a client sends its request at once; a silent one is dropped
+REPLY_TIMEOUT_S = 2.0  # a hook reads its answer at once; one that does not has given up
 
 log = logging.getLogger("nri_numa.hook.daemon")
 
@@ -165,11 +166,12 @@ def serve(options: DaemonOptions) -> None:
     log.info("hook daemon %d listening on %s%s", os.getpid(), options.socket_path,
              "" if inode is not None else " (socket handed over)")
     try:
-        while not stopping.requested:
-            with stopping.interruptible():
-                conn, _ = listener.accept()
-            with conn:
-                _serve_one(conn, options, machine)
+        with Inbox(listener) as inbox:
+            while not stopping.requested:
+                with stopping.interruptible():
+                    conn, line = inbox.next()
+                with conn:
+                    _serve_one(conn, line, options, machine)
     except _Stop:
         pass
     finally:
@@ -179,15 +181,11 @@ def serve(options: DaemonOptions) -> None:
         log.info("hook daemon %d stopped", os.getpid())
 
 
-def _serve_one(conn: socket.socket, options: DaemonOptions, machine: MachineKeeper) -> None:
-    conn.settimeout(REQUEST_READ_TIMEOUT_S)
-    try:
-        line = read_line(conn)
-    except (OSError, ProtocolError) as e:
-        log.warning("dropped a client: %s", e)
-        return
+def _serve_one(conn: socket.socket, line: bytes, options: DaemonOptions,
+               machine: MachineKeeper) -> None:
     reply = json.dumps(answer(line, options, machine)).encode() + b"\n"
     try:
+        conn.settimeout(REPLY_TIMEOUT_S)
         conn.sendall(reply)
     except OSError as e:  # the hook gave up (its timeout) or was killed: it failed closed
         log.warning("could not answer a hook: %s", e)
