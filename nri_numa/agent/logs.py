@@ -4,18 +4,26 @@ Decisions are logged with their facts as fields (``extra=`` on the logging call,
 ``decision_fields`` and ``refusal_fields``): the text format shows the message, which already
 says everything in words; the JSON format writes the message *and* every field, so that a log
 pipeline can select on ``event``, ``pod``, ``cpus`` without parsing prose.
+
+A log file is opened as the state is (nri_numa.state.safe_files): its folder and the file
+without following a symlink, never waiting on a FIFO. A log file that is a symlink or not a
+file is not written; the log goes to standard error with a warning instead, since the agent's
+work matters more than where its log lands.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import os
+import stat
 import sys
 import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from nri_numa.state.safe_files import APPEND, NotAFile, UnusableFile, open_file, open_folder
 from nri_numa.topology.cpulist import format_cached
 
 if TYPE_CHECKING:
@@ -29,6 +37,15 @@ _STANDARD = frozenset(vars(logging.LogRecord("", 0, "", 0, "", (), None))) | {
 
 class LogSetupError(ValueError):
     """The log cannot be opened; the message names the file."""
+
+
+class LogFileRefused(LogSetupError):
+    """The log file, or its folder (``folder`` true), is a symlink or not what it should be:
+    damage or a plant, not a setting. The message is one line naming it."""
+
+    def __init__(self, message: str, folder: bool = False) -> None:
+        super().__init__(message)
+        self.folder = folder
 
 
 class JsonFormatter(logging.Formatter):
@@ -64,12 +81,14 @@ def _plain(value: Any) -> Any:
 
 
 def configure(level: str = "info", fmt: str = "text", file: Path | None = None) -> None:
-    """Send every logger's records to ``file`` (appended) or standard error, in ``fmt``."""
+    """Send every logger's records to ``file`` (appended) or standard error, in ``fmt``. A
+    file that is a symlink or not a file: standard error, and a warning there."""
+    refused = None
     try:
-        handler: logging.Handler = (logging.FileHandler(file) if file is not None
+        handler: logging.Handler = (open_log_file(file) if file is not None
                                     else logging.StreamHandler(sys.stderr))
-    except OSError as e:
-        raise LogSetupError(f"cannot open log file {file}: {e.strerror}") from None
+    except LogFileRefused as e:
+        handler, refused = logging.StreamHandler(sys.stderr), e
     handler.setFormatter(JsonFormatter() if fmt == "json" else logging.Formatter(TEXT_FORMAT))
     root = logging.getLogger()
     for old in root.handlers[:]:
@@ -77,6 +96,63 @@ def configure(level: str = "info", fmt: str = "text", file: Path | None = None) 
         old.close()
     root.addHandler(handler)
     root.setLevel(getattr(logging, level.upper()))
+    if refused is not None:
+        logging.getLogger(__name__).warning("%s; logging to standard error", refused)
+
+
+def open_log_file(path: Path, *, create_folder: bool = False,
+                  rotate_past: int | None = None) -> logging.Handler:
+    """A handler appending to ``path`` (mode 0600 when made). ``create_folder``: make its
+    folder when missing; ``rotate_past``: a file larger than that many bytes moves to
+    ``<name>.1`` first. LogFileRefused when the file or its folder is a symlink, or the file
+    is neither a regular file nor a character device (/dev/null); LogSetupError when it cannot
+    be opened."""
+    try:
+        folder = open_folder(path.parent, create=create_folder)
+    except NotAFile as e:
+        raise LogFileRefused(f"not logging to {path}: {e}", folder=True) from None
+    except UnusableFile as e:
+        raise LogSetupError(f"cannot open log file {path}: {e.why}") from None
+    if folder is None:
+        raise LogSetupError(f"cannot open log file {path}: No such file or directory")
+    try:
+        if rotate_past is not None:
+            _rotate(folder, path.name, rotate_past)
+        fd = open_file(path.name, APPEND, folder=folder, shown=path, devices=True)
+    except NotAFile as e:
+        raise LogFileRefused(f"not logging to {e}") from None
+    except OSError as e:
+        raise LogSetupError(f"cannot open log file {path}: {e.strerror}") from None
+    finally:
+        os.close(folder)
+    return _OwnFileHandler(fd)
+
+
+def _rotate(folder: int, name: str, limit: int) -> None:
+    # The rename moves whatever has the name, a link included, and follows nothing.
+    try:
+        info = os.stat(name, dir_fd=folder, follow_symlinks=False)
+        if stat.S_ISREG(info.st_mode) and info.st_size > limit:
+            os.replace(name, name + ".1", src_dir_fd=folder, dst_dir_fd=folder)
+    except OSError:
+        pass  # not rotated: the log grows on, or the open below says what is wrong
+
+
+class _OwnFileHandler(logging.StreamHandler):
+    """A StreamHandler on a descriptor opened here, closed with the handler (FileHandler
+    opens by name, following whatever the name points to)."""
+
+    def __init__(self, fd: int) -> None:
+        # "w" on a descriptor truncates nothing; O_APPEND puts every write at the end.
+        super().__init__(os.fdopen(fd, "w", encoding="utf-8", errors="backslashreplace"))
+
+    def close(self) -> None:
+        self.acquire()
+        try:
+            self.stream.close()
+        finally:
+            self.release()
+        super().close()
 
 
 # --- the fields of a decision ----------------------------------------------------------------

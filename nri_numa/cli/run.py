@@ -10,6 +10,7 @@ from nri_numa.cli.errors import CliError
 
 if TYPE_CHECKING:
     from nri_numa.agent.settings import AgentSettings
+    from nri_numa.agent.signals import StopSignals
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -60,6 +61,20 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    from nri_numa.agent.signals import StopSignals, Stopped
+
+    # First, before the agent's modules load and before any file is opened: a SIGTERM while
+    # it starts ends it cleanly (exit 0), wherever start-up is.
+    signals = StopSignals()
+    try:
+        return _start(args, signals)
+    except Stopped:
+        return 0
+    finally:
+        signals.restore()
+
+
+def _start(args: argparse.Namespace, signals: StopSignals) -> int:
     from nri_numa.agent.logs import LogSetupError, configure
     from nri_numa.nri.daemon import DaemonError, DaemonOptions, run
 
@@ -70,7 +85,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     except LogSetupError as e:
         raise CliError(str(e)) from None
     try:
-        run(DaemonOptions.from_settings(settings, config_file))
+        run(DaemonOptions.from_settings(settings, config_file), signals=signals)
     except DaemonError as e:
         raise CliError(str(e)) from None
     return 0

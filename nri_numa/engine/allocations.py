@@ -18,7 +18,7 @@ from typing import Any
 from nri_numa.engine.cpu.topology import checked_mask
 from nri_numa.engine.hints import Hint
 from nri_numa.engine.memory import MemoryState, MemoryStateError
-from nri_numa.topology.cpulist import ListFormatError, format_list, parse_list
+from nri_numa.topology.cpulist import MAX_ID, ListFormatError, format_list, parse_list
 
 
 class AllocationsError(ValueError):
@@ -245,8 +245,10 @@ def _hint_to_dict(h: Hint) -> dict[str, Any]:
 def _hint_from_dict(raw: Any, where: str) -> Hint:
     h = _obj(raw, where)
     affinity = h.get("affinity")
+    # Bounded as CPU lists are: a mask of node 4000000000 would take 500 MB.
     if affinity is not None and not (isinstance(affinity, list) and all(
-            isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in affinity)):
+            isinstance(i, int) and not isinstance(i, bool) and 0 <= i <= MAX_ID
+            for i in affinity)):
         raise AllocationsError(f"{where}.affinity must be null or a list of NUMA node ids")
     if not isinstance(h.get("preferred"), bool):
         raise AllocationsError(f"{where}.preferred must be true or false")

@@ -22,6 +22,7 @@ from types import MappingProxyType
 from typing import Any
 
 from nri_numa.engine.quantity import QuantityError, bytes_value, format_binary
+from nri_numa.topology.cpulist import MAX_ID
 
 CPU = "cpu"
 MEMORY = "memory"
@@ -109,7 +110,9 @@ class ContainerRequest:
         object.__setattr__(self, "device_numa_hints", _frozen(
             {res: frozenset(nodes) for res, nodes in self.device_numa_hints.items()}))
         for res, nodes in self.device_numa_hints.items():
-            if any(isinstance(n, bool) or not isinstance(n, int) or n < 0 for n in nodes):
+            # Bounded: a hint's mask of node 4000000000 would take 500 MB (a damaged record).
+            if any(isinstance(n, bool) or not isinstance(n, int) or not 0 <= n <= MAX_ID
+                   for n in nodes):
                 raise RequestError(f"{where}: device_numa_hints[{res!r}] must hold NUMA node ids")
         self._check_within_limits(where)
 

@@ -35,6 +35,7 @@ from nri_numa.hook.client import SOCKET_NAME
 from nri_numa.hook.inbox import Inbox
 from nri_numa.hook.machine import Machine, MachineError, load_machine, online_cpus
 from nri_numa.hook.ondemand import StartError, bind_listener, take_start_lock
+from nri_numa.state.safe_files import UnusableFile, open_folder
 
 REPLY_TIMEOUT_S = 2.0  # a hook reads its answer at once; one that does not has given up
 
@@ -192,8 +193,8 @@ def _serve_one(conn: socket.socket, line: bytes, options: DaemonOptions,
 
 
 def _listen(path: Path) -> socket.socket:
+    _state_folder(path.parent)
     try:
-        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         # The lock a hook starting a daemon on demand holds while it binds: never both at once.
         lock = take_start_lock(str(path.parent))
     except OSError as e:
@@ -208,6 +209,16 @@ def _listen(path: Path) -> socket.socket:
         raise DaemonError(f"cannot listen on {path}: {e.strerror}") from None
     finally:
         os.close(lock)
+
+
+def _state_folder(folder: Path) -> None:
+    """Make the socket's folder if missing, and refuse one that is a symlink: the socket and
+    its start lock would be made wherever it points."""
+    try:
+        fd = open_folder(folder, create=True)
+    except UnusableFile as e:
+        raise DaemonError(f"state folder {e}") from None
+    os.close(fd)
 
 
 def _clear_stale(path: Path) -> None:
@@ -234,7 +245,7 @@ def _clear_stale(path: Path) -> None:
 def _remove_socket(path: Path, inode: int) -> None:
     """Unlink the socket unless another daemon has bound a new one there since."""
     try:
-        if path.stat().st_ino == inode:
+        if path.lstat().st_ino == inode:
             path.unlink()
     except OSError:
         pass
@@ -270,14 +281,21 @@ class _StopFlag:
 
 
 def _log_to(path: Path) -> None:
+    # Opened as the hook opens it (nri_numa.agent.logs.open_log_file): never through a
+    # symlink, never waiting on a FIFO, which would hang the daemon before it listens.
+    from nri_numa.agent.logs import LogFileRefused, LogSetupError, open_log_file
+
+    refused = None
     try:
-        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-        os.close(os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600))
-        handler: logging.Handler = logging.FileHandler(path)
-    except OSError:
+        handler = open_log_file(path, create_folder=True)
+    except LogFileRefused as e:
+        handler, refused = logging.StreamHandler(), e
+    except LogSetupError:
         handler = logging.StreamHandler()
     handler.setFormatter(logging.Formatter(
         "%(asctime)s %(levelname)s hook-daemon[%(process)d] %(message)s"))
     log.addHandler(handler)
     log.setLevel(logging.INFO)
     log.propagate = False  # the runs log through entry's handler; this one is the daemon's
+    if refused is not None:
+        log.warning("%s; logging to standard error", refused)

@@ -26,6 +26,8 @@ import threading
 import time
 from typing import Any
 
+from nri_numa.hook.state_folder import open_state_folder
+
 BURST_HINT = ('too many hooks at once for this machine without the hook daemon '
               '(docs/oci-hook.md, "Burst-proof setup")')
 DAEMON_HINT = ('the hook daemon had more runs queued than it could serve in that time '
@@ -61,11 +63,14 @@ def log_line(path: str, stage: str, line: str, level: str = "ERROR") -> None:
     stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(now)) + f",{int(now % 1 * 1000):03d}"
     text = f"{stamp} {level} hook[{os.getpid()}] {stage}: {line}\n".encode("utf-8", "replace")
     try:
-        os.makedirs(os.path.dirname(path) or ".", mode=0o700, exist_ok=True)
-        # Never through a symlink, and never waiting on a FIFO put there: this runs as the hook
-        # gives up, and must not be what keeps it from ending.
-        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
-                     | os.O_NONBLOCK, 0o600)
+        # Never through a symlink (the log's or its folder's), and never waiting on a FIFO put
+        # there: this runs as the hook gives up, and must not be what keeps it from ending.
+        folder = open_state_folder(os.path.dirname(path))
+        try:
+            fd = os.open(os.path.basename(path), os.O_WRONLY | os.O_APPEND | os.O_CREAT
+                         | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, 0o600, dir_fd=folder)
+        finally:
+            os.close(folder)
     except OSError:
         return
     try:

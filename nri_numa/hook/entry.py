@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import signal
 import threading
 import time
@@ -35,6 +34,9 @@ DEFAULT_TIMEOUT_S = 4.0
 LOG_NAME = "hook.log"
 LOG_KEEP_BYTES = 1 << 20  # then the log moves to hook.log.1 (one old file is kept)
 _LOCK_MARGIN_S = 0.5  # left, after waiting for the lock, for the transaction itself
+# A ledger set aside (damaged, or not this machine's): nothing else knows what the hook placed.
+REBUILT = ("the hook starts from an empty ledger, so the CPUs of containers it placed before "
+           "count as free")
 
 if TYPE_CHECKING:
     from nri_numa.hook.machine import Machine
@@ -77,7 +79,7 @@ def run(options: HookOptions, stdin: IO[bytes], stdout: IO[str], stderr: IO[str]
     (a hook running in process): a give-up says what the run was doing, and where that was a
     burst's doing (loading the engine, the state lock), what helps."""
     started = time.monotonic() if started is None else started
-    handler = _log_to_file(options)
+    handler = _log_to_file(options, stderr)
     left = options.timeout - (time.monotonic() - started)
     phase = _Phase()
     try:
@@ -151,7 +153,8 @@ def _run_stage(options: HookOptions, stdin: IO[bytes], stdout: IO[str], started:
     machine = machine_source(options)
     phase.now = f"running {stage}"
     left = options.timeout - (time.monotonic() - started) - _LOCK_MARGIN_S
-    env = stages.HookEnv(machine, CheckpointStore(options.state_dir, machine.fingerprint),
+    store = CheckpointStore(options.state_dir, machine.fingerprint, rebuilt=REBUILT)
+    env = stages.HookEnv(machine, store,
                          CgroupFs(options.cgroup_root, options.proc_root), max(left, 0.0))
     if stage == "createRuntime":
         return stages.create_runtime(env, state, spec)
@@ -209,18 +212,26 @@ def _deadline(seconds: float) -> Iterator[None]:
         signal.signal(signal.SIGALRM, previous)
 
 
-def _log_to_file(options: HookOptions) -> logging.Handler | None:
-    """Append to the hook log (mode 0600, rotated past LOG_KEEP_BYTES); None when it cannot be
-    opened, which must not stop the hook: stderr still carries every failure."""
+def _log_to_file(options: HookOptions, stderr: IO[str] | None = None) -> logging.Handler:
+    """Append to the hook log (mode 0600, rotated past LOG_KEEP_BYTES). A log that cannot be
+    opened must not stop the hook, whose stderr still carries every failure: the handler then
+    drops the lines. A log or folder that is a symlink, or a log that is not a file, is never
+    written through nor waited on (nri_numa.agent.logs.open_log_file): one warning line on
+    stderr says so."""
+    from nri_numa.agent.logs import LogFileRefused, LogSetupError, open_log_file
+
     path = options.log_file or options.state_dir / LOG_NAME
     try:
-        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-        if path.exists() and path.stat().st_size > LOG_KEEP_BYTES:
-            os.replace(path, path.with_name(path.name + ".1"))
-        os.close(os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600))
-        handler = logging.FileHandler(path)
-    except OSError:
-        return None
+        handler = open_log_file(path, create_folder=True, rotate_past=LOG_KEEP_BYTES)
+    except LogFileRefused as e:
+        # A state folder that is a link fails the run itself, with that reason: one line.
+        if stderr is not None and not (e.folder and options.log_file is None):
+            print(f"nri-numa hook {options.stage}: warning: {e}", file=stderr, flush=True)
+        handler = logging.NullHandler()
+    except LogSetupError:
+        # Not None: Python's last-resort handler would then print the log's error line to
+        # stderr too, beside the one line the run fails with.
+        handler = logging.NullHandler()
     handler.setFormatter(logging.Formatter(
         "%(asctime)s %(levelname)s hook[%(process)d] %(message)s"))
     # On the package's logger, so that the state layer's warnings land in the same file.

@@ -5,23 +5,32 @@ Discovery reads hundreds of sysfs files (and NVML): far too slow to repeat in ev
 in the state folder (``topology.json``, which /run empties at every boot), and later runs reuse
 it as long as the kernel's list of online CPUs still matches it. The configuration is the
 plugin's KubeletConfiguration keys; a JSON file is read without loading the YAML parser.
+
+The kept topology is state like the checkpoint, read and written the same way
+(nri_numa.state.safe_files): never through a symlink or a symlinked state folder, never waiting
+on a FIFO, bounded in size and nesting. One that cannot be used is discovered again and
+replaced.
 """
 
 from __future__ import annotations
 
 import os
-import tempfile
+import secrets
 from dataclasses import dataclass
 from pathlib import Path
 
 from nri_numa.agent.inputs import InputFileError, read_config_file, read_topology_file
 from nri_numa.engine.config import ConfigError, EngineConfig
 from nri_numa.engine.context import EngineContext
+from nri_numa.state.bounded_json import JsonShapeError, check_shape
 from nri_numa.state.checkpoint import machine_fingerprint
+from nri_numa.state.safe_files import (CREATE_NEW, UnusableFile, open_file, open_folder,
+                                       read_regular)
 from nri_numa.topology.cpulist import ListFormatError, parse_list
 from nri_numa.topology.model import Topology, TopologyFormatError
 
 TOPOLOGY_CACHE = "topology.json"
+MAX_CACHE_BYTES = 64 << 20  # a 1024-CPU machine's topology is under 1 MiB
 ONLINE_CPUS = Path("sys/devices/system/cpu/online")
 
 
@@ -62,19 +71,34 @@ def load_config(path: Path | None) -> EngineConfig:
 
 def cached_topology(state_dir: Path, sysfs_root: Path = Path("/")) -> Topology:
     """The kept discovery when the online CPUs still match it; else discover and keep."""
-    cache = state_dir / TOPOLOGY_CACHE
     online = online_cpus(sysfs_root)
     try:
-        topology = Topology.from_json(cache.read_text())
-    except (OSError, TopologyFormatError):
-        topology = None  # missing or damaged: discover again
-    if topology is not None and topology.online_cpus == online:
-        return topology
-    from nri_numa.topology import discover
+        folder = open_folder(state_dir, create=True)
+    except UnusableFile as e:
+        raise MachineError(f"state folder {e}") from None
+    try:
+        topology = _kept(folder, state_dir / TOPOLOGY_CACHE)
+        if topology is not None and topology.online_cpus == online:
+            return topology
+        from nri_numa.topology import discover
 
-    topology = discover(sysfs_root)
-    _keep(cache, topology.to_json(indent=None))
-    return topology
+        topology = discover(sysfs_root)
+        _keep(folder, topology.to_json(indent=None))
+        return topology
+    finally:
+        os.close(folder)
+
+
+def _kept(folder: int, shown: Path) -> Topology | None:
+    """The kept topology; None when missing or unusable in any way: discovered again."""
+    try:
+        contents = read_regular(TOPOLOGY_CACHE, folder, MAX_CACHE_BYTES, shown)
+        if contents is None:
+            return None
+        check_shape(contents.data)  # json.loads would recurse without end on 100000 "["
+        return Topology.from_json(contents.data.decode("utf-8"))
+    except (UnusableFile, JsonShapeError, UnicodeDecodeError, TopologyFormatError):
+        return None
 
 
 def _read_topology(path: Path) -> Topology:
@@ -92,20 +116,22 @@ def online_cpus(sysfs_root: Path = Path("/")) -> frozenset[int] | None:
         return None  # cannot tell: the cache is not trusted
 
 
-def _keep(cache: Path, text: str) -> None:
-    """Write the cache atomically; a failure only costs the next run a discovery."""
+def _keep(folder: int, text: str) -> None:
+    """Write the cache atomically; a failure only costs the next run a discovery. The temp
+    file is new (O_EXCL, not following links) and the rename replaces whatever has the name,
+    writing through nothing."""
+    temp = f"{TOPOLOGY_CACHE}.tmp-{os.getpid()}-{secrets.token_hex(4)}"
     try:
-        cache.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-        fd, temp = tempfile.mkstemp(dir=cache.parent, prefix=TOPOLOGY_CACHE + ".tmp-")
-    except OSError:
+        fd = open_file(temp, CREATE_NEW, folder=folder)
+    except (UnusableFile, OSError):
         return
     try:
         with os.fdopen(fd, "w") as f:
             f.write(text)
-        os.replace(temp, cache)
+        os.replace(temp, TOPOLOGY_CACHE, src_dir_fd=folder, dst_dir_fd=folder)
     except OSError:
         try:
-            os.unlink(temp)
+            os.unlink(temp, dir_fd=folder)
         except OSError:
             pass
 

@@ -27,6 +27,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from nri_numa.hook.state_folder import open_state_folder
+
 START_LOCK_NAME = "hook-daemon.lock"
 LISTEN_FDS_START = 3  # sd_listen_fds(3): the first handed-over descriptor
 # The daemon's options a hook hands on: what makes the daemon answer as this hook would.
@@ -44,10 +46,13 @@ class StartError(Exception):
 def take_start_lock(state_dir: str, left: Callable[[], float] | None = None) -> int | None:
     """The start lock's descriptor; None when ``left()`` ran out first. Without ``left``, wait
     as long as it takes (the holder only binds a socket and forks). OSError when the lock file
-    cannot be opened."""
-    os.makedirs(state_dir, mode=0o700, exist_ok=True)
-    fd = os.open(os.path.join(state_dir, START_LOCK_NAME),
-                 os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    cannot be opened, or the state folder is a symlink."""
+    folder = open_state_folder(state_dir)
+    try:
+        fd = os.open(START_LOCK_NAME, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC,
+                     0o600, dir_fd=folder)
+    finally:
+        os.close(folder)
     if left is None:
         fcntl.flock(fd, fcntl.LOCK_EX)
         return fd
@@ -67,27 +72,37 @@ def take_start_lock(state_dir: str, left: Callable[[], float] | None = None) -> 
 
 def bind_listener(path: str) -> socket.socket:
     """A socket listening on ``path``, mode 0600 from birth. The caller holds the start lock
-    and found nobody accepting there, so a socket file left at ``path`` is stale: replaced."""
+    and found nobody accepting there, so a socket file left at ``path`` is stale: replaced
+    (only a socket: anything else, a symlink included, is refused). OSError when its folder is
+    a symlink."""
+    folder = open_state_folder(os.path.dirname(path))
+    name = os.path.basename(path)
     try:
-        mode = os.lstat(path).st_mode
-    except FileNotFoundError:
-        pass
-    else:
-        if not stat.S_ISSOCK(mode):
-            raise StartError(f"{path} exists and is not a socket; remove it")
-        os.unlink(path)
-    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    old_umask = os.umask(0o177)  # no moment where others could connect
-    try:
-        listener.bind(path)
-        os.chmod(path, 0o600)
-        # A burst queues here while the daemon starts; the kernel caps it at somaxconn.
-        listener.listen(socket.SOMAXCONN)
-    except BaseException:
-        listener.close()
-        raise
+        try:
+            mode = os.stat(name, dir_fd=folder, follow_symlinks=False).st_mode
+        except FileNotFoundError:
+            pass
+        else:
+            if not stat.S_ISSOCK(mode):
+                raise StartError(f"{path} exists and is not a socket; remove it")
+            os.unlink(name, dir_fd=folder)
+        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        old_umask = os.umask(0o177)  # no moment where others could connect
+        try:
+            # By its path: the daemon checks the name a handed-over socket reports. The folder
+            # was just opened without following links; only root, who owns the folder above,
+            # could swap it for a link between that and this.
+            listener.bind(path)
+            os.chmod(name, 0o600, dir_fd=folder)
+            # A burst queues here while the daemon starts; the kernel caps it at somaxconn.
+            listener.listen(socket.SOMAXCONN)
+        except BaseException:
+            listener.close()
+            raise
+        finally:
+            os.umask(old_umask)
     finally:
-        os.umask(old_umask)
+        os.close(folder)
     return listener
 
 

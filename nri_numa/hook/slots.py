@@ -17,6 +17,8 @@ import os
 import time
 from collections.abc import Callable, Iterable
 
+from nri_numa.hook.state_folder import open_state_folder
+
 TURN_PREFIX = "hook.turn."
 _FIRST_WAIT_S = 0.002
 _LAST_WAIT_S = 0.02
@@ -36,10 +38,14 @@ def take_turn(state_dir: str, left: Callable[[], float], count: int | None = Non
     count = turn_count() if count is None else count
     fds: list[int] = []
     try:
-        os.makedirs(state_dir, mode=0o700, exist_ok=True)
-        for i in range(count):
-            fds.append(os.open(os.path.join(state_dir, f"{TURN_PREFIX}{i}"),
-                               os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600))
+        folder = open_state_folder(state_dir)  # never made through a symlinked folder
+        try:
+            for i in range(count):
+                fds.append(os.open(f"{TURN_PREFIX}{i}",
+                                   os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600,
+                                   dir_fd=folder))
+        finally:
+            os.close(folder)
     except OSError:
         _close(fds)
         return None

@@ -8,7 +8,9 @@ in (its Synchronize answered) starts the waits over. Pre-launched mode, when the
 runtime started us with ``NRI_PLUGIN_SOCKET``, serves that one inherited socket until it closes.
 
 Updates that cannot travel in a reply are sent by one sender thread after the handler that made
-them has returned. SIGTERM and SIGINT close the session and end the process cleanly.
+them has returned. SIGTERM and SIGINT close the session and end the process cleanly; their
+handlers are in place before any file is opened (nri_numa.agent.signals), so a stop during
+start-up ends it at once too.
 """
 
 from __future__ import annotations
@@ -17,7 +19,6 @@ import logging
 import os
 import queue
 import random
-import signal
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -25,6 +26,7 @@ from pathlib import Path
 
 from nri_numa.agent.inputs import InputFileError, read_config_file, read_topology_file
 from nri_numa.agent.metrics import NO_METRICS, MetricsError, MetricsServer, PluginMetrics
+from nri_numa.agent.signals import StopSignals, Stopped
 from nri_numa.agent.settings import (DEFAULT_CDI_SPEC_DIRS, DEFAULT_DEV_ROOT,
                                      DEFAULT_DEVICE_INJECTION, DEFAULT_INDEX, DEFAULT_NAME,
                                      DEFAULT_SOCKET, DEFAULT_STATE_DIR, AgentSettings,
@@ -239,10 +241,25 @@ def plugin_store(state_dir: Path, topology: Topology) -> CheckpointStore:
     return CheckpointStore(state_dir, machine_fingerprint(topology), fsync=False)
 
 
-def run(options: DaemonOptions, environ: dict[str, str] | None = None) -> None:
+def run(options: DaemonOptions, environ: dict[str, str] | None = None,
+        signals: StopSignals | None = None) -> None:
     """Start the agent and serve until SIGTERM/SIGINT (or, pre-launched, until the runtime
-    closes the socket). Raises DaemonError when it cannot start."""
-    environ = dict(os.environ if environ is None else environ)
+    closes the socket). Raises DaemonError when it cannot start. ``signals``: handlers the
+    caller installed before anything else (cmd_run does); by default they are installed here,
+    before any file is opened, and removed on return. A signal during start-up ends it
+    cleanly: the lock released, nothing served."""
+    own = signals is None
+    signals = signals or StopSignals()
+    try:
+        _run(options, dict(os.environ if environ is None else environ), signals)
+    except Stopped as e:
+        log.info("stopped by %s during start-up", e)
+    finally:
+        if own:
+            signals.restore()
+
+
+def _run(options: DaemonOptions, environ: dict[str, str], signals: StopSignals) -> None:
     topology = load_topology(options.topology_file)
     config = load_config(options.config_file)
     store = plugin_store(options.state_dir, topology)
@@ -250,13 +267,14 @@ def run(options: DaemonOptions, environ: dict[str, str] | None = None) -> None:
         store.lock()
     except CheckpointError as e:
         raise DaemonError(str(e)) from None
-    sender = UpdateSender()
+    sender: UpdateSender | None = None
     server: MetricsServer | None = None
-    # The scrape reads the plugin made just below; the server starts only once it exists.
-    metrics = (PluginMetrics(lambda: (plugin.ledger, plugin.containers))
-               if options.metrics_address is not None else NO_METRICS)
-    cdi = CdiRegistry(options.cdi_spec_dirs)  # CDI names: hints, and GPUs given by name
-    try:
+    try:  # from here on a stop (Stopped included) releases the lock
+        sender = UpdateSender()
+        # The scrape reads the plugin made just below; the server starts only once it exists.
+        metrics = (PluginMetrics(lambda: (plugin.ledger, plugin.containers))
+                   if options.metrics_address is not None else NO_METRICS)
+        cdi = CdiRegistry(options.cdi_spec_dirs)  # CDI names: hints, and GPUs given by name
         try:
             plugin = NumaPlugin(topology, config, store, send_updates=sender.submit,
                                 metrics=metrics,
@@ -269,11 +287,12 @@ def run(options: DaemonOptions, environ: dict[str, str] | None = None) -> None:
             raise DaemonError(str(e)) from None
         if isinstance(metrics, PluginMetrics) and options.metrics_address is not None:
             server = _serve_metrics(metrics, options.metrics_address, options.metrics_optional)
-        _serve_until_signalled(Daemon(plugin, sender, options), options, environ)
+        _serve_until_signalled(Daemon(plugin, sender, options), options, environ, signals)
     finally:
         if server is not None:
             server.stop()
-        sender.stop()
+        if sender is not None:
+            sender.stop()
         store.unlock()
     log.info("nri-numa stopped")
 
@@ -292,20 +311,17 @@ def _serve_metrics(metrics: PluginMetrics, address: MetricsAddress,
     return server
 
 
-def _serve_until_signalled(daemon: Daemon, options: DaemonOptions,
-                           environ: dict[str, str]) -> None:
+def _serve_until_signalled(daemon: Daemon, options: DaemonOptions, environ: dict[str, str],
+                           signals: StopSignals) -> None:
     worker = threading.Thread(target=_serve_until_done, name="nri-session",
                               args=(daemon, options, environ), daemon=True)
-    previous = {sig: signal.signal(sig, lambda *_: daemon.stop())
-                for sig in (signal.SIGTERM, signal.SIGINT)}
+    signals.serving(daemon.stop)  # no longer raises: the session thread is about to start
     try:
         worker.start()
         while worker.is_alive():
             worker.join(timeout=0.5)  # short waits, so signal handlers run promptly
     finally:
         daemon.stop()
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
     if daemon.error is not None:
         raise daemon.error
 

@@ -7,7 +7,10 @@ replaced atomically (temp file in the same folder, fsync, rename, fsync the fold
 failed write never touches the good file. A file that cannot be trusted — not JSON, truncated,
 checksum wrong, another format version, another machine, an earlier boot — is renamed aside
 (``checkpoint.json.corrupt-<time>``) with a warning, and the caller rebuilds its state from the
-runtime (NRI Synchronize).
+runtime (NRI Synchronize). So is anything else found at that name: a symlink, a folder, a FIFO,
+a file past MAX_BYTES, JSON nested past its bounds (nri_numa.state.bounded_json). Every file
+here is opened relative to the folder, without following links (nri_numa.state.safe_files), and
+a state folder that is itself a symlink is refused.
 
 No container outlives the machine, so a checkpoint only has to outlive the process that wrote
 it, and one from an earlier boot is never trusted. A store made with ``fsync=False`` therefore
@@ -22,7 +25,6 @@ from __future__ import annotations
 
 import fcntl
 import hashlib
-import json
 import logging
 import os
 import threading
@@ -31,7 +33,10 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from nri_numa.state import safe_files
+from nri_numa.state.bounded_json import JsonShapeError, loads
 from nri_numa.state.encoding import canonical, encode_payload
+from nri_numa.state.safe_files import NotAFile, UnusableFile
 from nri_numa.topology.cpulist import format_list
 from nri_numa.topology.model import Topology
 
@@ -43,6 +48,9 @@ FILE_NAME = "checkpoint.json"
 LOCK_NAME = "lock"
 BOOT_ID = "/proc/sys/kernel/random/boot_id"
 _TEMP_PREFIX = FILE_NAME + ".tmp-"
+# Far past any real checkpoint (a few KiB per container), short of what would flood memory.
+MAX_BYTES = 64 << 20
+REBUILT = "the state will be rebuilt from the runtime"
 # Waiting for the lock: flock cannot time out, so poll, 1 ms first, doubling up to 20 ms.
 _LOCK_FIRST_WAIT = 0.001
 _LOCK_LAST_WAIT = 0.02
@@ -71,13 +79,14 @@ class CheckpointStore:
 
     def __init__(self, state_dir: str | Path, machine: str,
                  clock: Callable[[], float] = time.time, *, fsync: bool = True,
-                 boot_id: str | None = None) -> None:
+                 boot_id: str | None = None, rebuilt: str = REBUILT) -> None:
         self.dir = Path(state_dir)
         self.path = self.dir / FILE_NAME
         self.machine = machine
         self.boot_id = boot_id or current_boot_id()
         self._clock = clock
         self._fsync = fsync
+        self._rebuilt = rebuilt  # what becomes of the state once a file is set aside
         self._lock_fd: int | None = None
 
     def lock(self, timeout: float | None = None) -> None:
@@ -85,11 +94,16 @@ class CheckpointStore:
         the same CPUs. Without a timeout a held lock fails at once (one plugin per folder);
         with one, wait up to that many seconds for it (short-lived hook processes take turns).
         The lock is a file of its own, never replaced, so it outlives every checkpoint."""
-        self._ensure_dir()
+        folder = self._folder()
         try:
-            fd = os.open(self.dir / LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o600)
+            fd = safe_files.open_file(LOCK_NAME, safe_files.LOCK, folder=folder,
+                                      shown=self.dir / LOCK_NAME)
+        except NotAFile as e:
+            raise CheckpointError(f"cannot use {e}; remove it") from None
         except OSError as e:
             raise CheckpointError(f"cannot open {self.dir / LOCK_NAME}: {e.strerror}") from None
+        finally:
+            os.close(folder)
         deadline = None if timeout is None else time.monotonic() + timeout
         delay = _LOCK_FIRST_WAIT
         while True:
@@ -113,19 +127,26 @@ class CheckpointStore:
             self._lock_fd = None
 
     def load(self) -> dict[str, Any] | None:
-        """The payload of a good checkpoint; None when there is none or it was set aside."""
-        self._remove_stale_temps()
-        try:
-            raw = self.path.read_bytes()
-        except FileNotFoundError:
+        """The payload of a good checkpoint; None when there is none or it was set aside.
+        CheckpointError only when the folder cannot be used: whatever is wrong with the file
+        sets it aside."""
+        folder = self._existing_folder()
+        if folder is None:
             return None
-        except OSError as e:
-            raise CheckpointError(f"cannot read {self.path}: {e.strerror}") from None
         try:
-            return self._payload(raw)
-        except UntrustedCheckpoint as e:
-            self.set_aside(str(e))
+            self._remove_stale_temps(folder)
+            try:
+                contents = safe_files.read_regular(FILE_NAME, folder, MAX_BYTES, self.path)
+                if contents is None:
+                    return None
+                return self._payload(contents.data)
+            except UnusableFile as e:
+                self._set_aside(folder, e.why)
+            except UntrustedCheckpoint as e:
+                self._set_aside(folder, str(e))
             return None
+        finally:
+            os.close(folder)
 
     def save(self, payload: Mapping[str, Any]) -> None:
         """Replace the checkpoint with ``payload``, whose members may come ``Encoded`` already
@@ -142,88 +163,112 @@ class CheckpointStore:
         # One temp name per process and thread, created afresh, instead of mkstemp's
         # random names and buffered file object: a third of a write on tmpfs, and the runtime
         # waits for it. Writers to one folder are one process at a time (the lock).
-        temp = self.dir / f"{_TEMP_PREFIX}{os.getpid()}-{threading.get_ident()}"
-        try:
-            fd = self._open_temp(temp)
-        except OSError as e:
-            raise CheckpointError(f"cannot write in {self.dir}: {e.strerror}") from None
+        temp = f"{_TEMP_PREFIX}{os.getpid()}-{threading.get_ident()}"
+        folder, fd = self._open_temp(temp)
         try:
             try:
-                # Blocks allocated up front: for a file renamed over another, ext4 otherwise
-                # allocates them and starts their writeback inside rename() (auto_da_alloc),
-                # while the runtime waits for the answer. That was a third of a write on disk.
-                os.posix_fallocate(fd, 0, len(data))
-                _write_all(fd, data)
-                if self._fsync:
-                    os.fsync(fd)
-            finally:
-                os.close(fd)
-            os.replace(temp, self.path)
-        except OSError as e:
-            _unlink_quietly(temp)
-            raise CheckpointError(f"cannot write {self.path}: {e.strerror}") from None
-        if self._fsync:
-            self._fsync_dir()
+                try:
+                    # Blocks allocated up front: for a file renamed over another, ext4
+                    # otherwise allocates them and starts their writeback inside rename()
+                    # (auto_da_alloc), while the runtime waits for the answer. That was a third
+                    # of a write on disk.
+                    os.posix_fallocate(fd, 0, len(data))
+                    _write_all(fd, data)
+                    if self._fsync:
+                        os.fsync(fd)
+                finally:
+                    os.close(fd)
+                # Renaming replaces whatever has the name, a planted symlink included, and
+                # writes through nothing.
+                os.replace(temp, FILE_NAME, src_dir_fd=folder, dst_dir_fd=folder)
+            except OSError as e:
+                _unlink_quietly(temp, folder)
+                raise CheckpointError(f"cannot write {self.path}: {e.strerror}") from None
+            if self._fsync:
+                self._fsync_dir(folder)
+        finally:
+            os.close(folder)
 
     def set_aside(self, reason: str) -> Path | None:
         """Rename the checkpoint out of the way (kept for a person to look at) and warn."""
-        stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(self._clock()))
-        target = self.path.with_name(f"{FILE_NAME}.corrupt-{stamp}")
-        n = 1
-        while target.exists():
-            n += 1
-            target = self.path.with_name(f"{FILE_NAME}.corrupt-{stamp}-{n}")
+        folder = self._existing_folder()
+        if folder is None:
+            return None
         try:
-            os.replace(self.path, target)
+            return self._set_aside(folder, reason)
+        finally:
+            os.close(folder)
+
+    def _set_aside(self, folder: int, reason: str) -> Path | None:
+        # Whatever the name holds is renamed as it is: a folder or a symlink too, never
+        # followed, never opened again.
+        stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(self._clock()))
+        name = f"{FILE_NAME}.corrupt-{stamp}"
+        n = 1
+        while safe_files.lexists(name, folder):
+            n += 1
+            name = f"{FILE_NAME}.corrupt-{stamp}-{n}"
+        try:
+            os.replace(FILE_NAME, name, src_dir_fd=folder, dst_dir_fd=folder)
         except FileNotFoundError:
             return None
         except OSError as e:
             raise CheckpointError(f"cannot set {self.path} aside: {e.strerror}") from None
-        log.warning("checkpoint %s set aside as %s: %s; the state will be rebuilt from the "
-                    "runtime", self.path, target.name, reason)
+        target = self.dir / name
+        log.warning("checkpoint %s set aside as %s: %s; %s", self.path, target,
+                    " ".join(reason.split()), self._rebuilt)
         return target
 
     def _payload(self, raw: bytes) -> dict[str, Any]:
         return read_envelope(raw, self.machine, self.boot_id)["payload"]
 
-    def _open_temp(self, temp: Path) -> int:
-        """A new temp file, mode 0600. The folder is made the first time (or again, if someone
-        removed it) rather than checked before every write; a file of the same name, left by a
-        killed writer, is removed, so that mode and owner are always this write's own."""
+    def _open_temp(self, temp: str) -> tuple[int, int]:
+        """The folder and a new temp file in it, mode 0600. The folder is made the first time
+        (or again, if someone removed it) rather than checked before every write; a file of the
+        same name, left by a killed writer, is removed, so that mode and owner are always this
+        write's own. O_EXCL|O_NOFOLLOW: a symlink planted at the temp name is not followed."""
         flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+        error: OSError | None = None
         for _ in range(3):
+            folder = self._folder()
             try:
-                return os.open(temp, flags, 0o600)
-            except FileNotFoundError:
-                self._ensure_dir()
+                return folder, os.open(temp, flags, 0o600, dir_fd=folder)
             except FileExistsError:
-                _unlink_quietly(temp)
-        return os.open(temp, flags, 0o600)
+                _unlink_quietly(temp, folder)
+            except OSError as e:  # the folder was removed after we opened it: made again
+                error = e
+            os.close(folder)
+        why = error.strerror if error is not None else "a file keeps taking the temp file's name"
+        raise CheckpointError(f"cannot write in {self.dir}: {why}")
 
-    def _ensure_dir(self) -> None:
+    def _folder(self, create: bool = True) -> int:
+        """The state folder's descriptor, the folder made if missing; CheckpointError when it
+        is a symlink, not a folder, or cannot be made."""
+        folder = self._existing_folder(create)
+        if folder is None:  # only without create
+            raise CheckpointError(f"state folder {self.dir} does not exist")
+        return folder
+
+    def _existing_folder(self, create: bool = False) -> int | None:
         try:
-            self.dir.mkdir(mode=0o700, parents=True, exist_ok=True)
-        except OSError as e:
-            raise CheckpointError(f"cannot create state folder {self.dir}: {e.strerror}") from None
+            return safe_files.open_folder(self.dir, create=create)
+        except UnusableFile as e:
+            raise CheckpointError(f"state folder {e}") from None
 
-    def _fsync_dir(self) -> None:
+    def _fsync_dir(self, folder: int) -> None:
         # Without it the rename itself may not survive a power cut. The new file is already
         # in place, so a failure here is only a warning.
         try:
-            fd = os.open(self.dir, os.O_RDONLY | os.O_DIRECTORY)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
+            os.fsync(folder)
         except OSError as e:
             log.warning("cannot sync folder %s after writing the checkpoint: %s", self.dir,
                         e.strerror)
 
-    def _remove_stale_temps(self) -> None:
+    def _remove_stale_temps(self, folder: int) -> None:
         # Left by a kill between creating the temp file and the rename; never the live file.
-        if self.dir.is_dir():
-            for temp in self.dir.glob(_TEMP_PREFIX + "*"):
-                _unlink_quietly(temp)
+        for name in os.listdir(folder):
+            if name.startswith(_TEMP_PREFIX):
+                _unlink_quietly(name, folder)
 
 
 def current_boot_id() -> str | None:
@@ -245,13 +290,13 @@ def read_envelope(raw: bytes, machine: str | None = None,
     this boot (when both boot ids are known) and, when ``machine`` is given, this machine.
     UntrustedCheckpoint otherwise. Changes nothing: ``nri-numa state`` reads through it too."""
     try:
-        envelope = json.loads(raw)
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise UntrustedCheckpoint(f"not JSON (truncated or garbled?): {e}") from None
+        envelope = loads(raw)  # bounded: no RecursionError, no endless digits
+    except JsonShapeError as e:
+        raise UntrustedCheckpoint(str(e)) from None
     if not isinstance(envelope, dict) or envelope.get("format") != FORMAT:
         raise UntrustedCheckpoint(f"not an nri-numa checkpoint (format {FORMAT!r} missing)")
     if envelope.get("version") != CHECKPOINT_VERSION:
-        raise UntrustedCheckpoint(f"checkpoint version {envelope.get('version')!r}; this "
+        raise UntrustedCheckpoint(f"checkpoint version {_short(envelope.get('version'))}; this "
                                   f"nri-numa reads version {CHECKPOINT_VERSION}")
     if machine is not None and envelope.get("machine") != machine:
         raise UntrustedCheckpoint("written on another machine (or before its CPUs changed)")
@@ -266,14 +311,20 @@ def read_envelope(raw: bytes, machine: str | None = None,
     return envelope
 
 
+def _short(value: Any) -> str:
+    """A value from a file, for a message: its repr, cut to one short line."""
+    text = " ".join(repr(value).split())
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
 def _write_all(fd: int, data: bytes) -> None:
     view = memoryview(data)
     while view:
         view = view[os.write(fd, view):]
 
 
-def _unlink_quietly(path: str | Path) -> None:
+def _unlink_quietly(name: str, folder: int) -> None:
     try:
-        os.unlink(path)
+        os.unlink(name, dir_fd=folder)
     except OSError:
         pass

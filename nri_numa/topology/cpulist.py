@@ -11,6 +11,9 @@ from collections.abc import Iterable
 from functools import lru_cache
 
 _JUNK = " \t\r\n\x00"
+# Far above any kernel's CPU or NUMA node ids (NR_CPUS is at most 8192). A list read from a
+# damaged file ("0-4000000000") would otherwise build a set of billions of ints.
+MAX_ID = (1 << 16) - 1
 
 
 class ListFormatError(ValueError):
@@ -37,6 +40,8 @@ def parse_list(text: str) -> frozenset[int]:
             raise ListFormatError(f"bad element {part!r} in list {text!r}") from None
         if first < 0 or last < first or stride < 1:
             raise ListFormatError(f"bad range {part!r} in list {text!r}")
+        if last > MAX_ID:
+            raise ListFormatError(f"{part!r}: ids go up to {MAX_ID}")
         out.update(range(first, last + 1, stride))
     return frozenset(out)
 

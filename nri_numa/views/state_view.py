@@ -2,7 +2,8 @@
 
 The checkpoint is read as one file and never written: no lock is taken (the plugin replaces the
 file by an atomic rename, so a reader sees one whole version), and a file that cannot be trusted
-is reported, not set aside as the plugin would. Both ledgers are read: the NRI plugin's
+is reported, not set aside as the plugin would. It is read as the agents read it: not through a
+symlink, never waiting on a FIFO, bounded in size and in JSON nesting. Both ledgers are read: the NRI plugin's
 (``nri-numa run``, /var/lib/nri-numa) and the OCI hook's (/run/nri-numa), which adds a process
 table holding each container's cgroup.
 
@@ -15,6 +16,7 @@ the cpusets the plugin sent, so a drift seen once is worth a second look.
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -28,8 +30,9 @@ from nri_numa.engine.request import QosClass
 from nri_numa.hook.shared_ledger import PROCESSES_KEY
 from nri_numa.runtime.cpuset_cgroups import CgroupReading, CpusetTree, find_cpuset_tree, locate_all, readings
 from nri_numa.runtime.to_request import qos_from_cgroup_parent
-from nri_numa.state.checkpoint import (FILE_NAME, UntrustedCheckpoint, current_boot_id,
-                                       read_envelope)
+from nri_numa.state.checkpoint import (FILE_NAME, MAX_BYTES, UntrustedCheckpoint,
+                                       current_boot_id, read_envelope)
+from nri_numa.state.safe_files import UnusableFile, open_folder, read_regular
 from nri_numa.state.ledger import LEDGER_VERSION
 from nri_numa.state.plugin_records import (ContainerRecord, PodRecord, RecordError,
                                            records_from_dict)
@@ -118,14 +121,20 @@ def read_checkpoint(state_dir: Path, boot_id: str | None = None) -> Checkpoint:
     checksum, this boot) except the machine (``check_machine``); StateViewError otherwise."""
     path = state_dir / FILE_NAME
     try:
-        raw = path.read_bytes()
-        written = path.stat().st_mtime
-    except FileNotFoundError:
-        hint = "" if state_dir.is_dir() else f" ({state_dir} does not exist)"
+        folder = open_folder(state_dir)
+        try:
+            contents = None if folder is None else read_regular(FILE_NAME, folder, MAX_BYTES,
+                                                                  path)
+        finally:
+            if folder is not None:
+                os.close(folder)
+    except UnusableFile as e:
+        raise StateViewError(str(e)) from None
+    if contents is None:
+        hint = "" if folder is not None else f" ({state_dir} does not exist)"
         raise StateViewError(f"no checkpoint at {path}{hint}: nri-numa has placed nothing there "
                              "yet, or give the --state-dir it runs with") from None
-    except OSError as e:
-        raise StateViewError(f"cannot read {path}: {e.strerror}") from None
+    raw, written = contents.data, contents.mtime
     envelope = _envelope(raw, path, boot_id or current_boot_id())
     payload = envelope["payload"]
     try:
