@@ -150,3 +150,18 @@ def test_the_give_up_line_is_never_written_through_a_link_or_into_a_fifo(tmp_pat
     line = (tmp_path / "hook.log").read_text()
     assert line.endswith(f" ERROR hook[{os.getpid()}] poststop: gave up (5 ms)\n")
     assert stat.S_IMODE((tmp_path / "hook.log").stat().st_mode) == 0o600
+
+
+def test_the_shipped_hooks_keep_the_measured_margins():
+    """docs/oci-hook.md, "Burst-proof setup": 2 s between the hook's deadline and the runtime's,
+    and the daemon started on demand, in every shipped hook."""
+    import json
+
+    hooks_dir = Path(__file__).resolve().parents[3] / "hooks"
+    spec = json.loads((hooks_dir / "runc-config.example.json").read_text())
+    hooks = [h for entries in spec["hooks"].values() for h in entries]
+    hooks += [json.loads(f.read_text())["hook"] for f in sorted(hooks_dir.glob("nri-numa-*.json"))]
+    assert len(hooks) == 5
+    for hook in hooks:
+        own = float(hook["args"][hook["args"].index("--timeout") + 1])
+        assert hook["timeout"] - own >= 2 and "--start-daemon" in hook["args"]
