@@ -12,11 +12,12 @@ the agent, the hook and the CLI; only the agent reads it (``read_config_document
 from __future__ import annotations
 
 import difflib
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from nri_numa.bounds import quote, join_problems
+from nri_numa.documents import DocumentError, NotParsedError, documents
 from nri_numa.engine.config import ConfigError, EngineConfig
 from nri_numa.engine.config_reader import KNOWN_KEYS, config_from_mapping
 from nri_numa.topology.model import Topology, TopologyFormatError
@@ -28,6 +29,12 @@ class InputFileError(ValueError):
 
 class NotYamlError(InputFileError):
     """The text does not parse as YAML (or JSON) at all."""
+
+
+# Far above any file of its kind (a topology of 8192 CPUs is about 2 MiB, a config a few
+# hundred bytes): a larger file is refused before it is read into memory and parsed.
+MAX_BYTES = {"config": 1 << 20, "pods": 8 << 20, "topology": 64 << 20,
+             "fake kubelet state": 8 << 20}
 
 
 def read_topology_file(path: Path) -> Topology:
@@ -75,7 +82,7 @@ def config_document(text: str, where: str) -> ConfigDocument:
     try:
         return ConfigDocument(config_from_mapping(mapping), settings)
     except ConfigError as e:
-        raise InputFileError(f"{where}: {'; '.join(e.problems)}") from None
+        raise InputFileError(f"{where}: {join_problems(e.problems)}") from None
 
 
 def _check_settings_key_spelling(mapping: dict, where: str) -> None:
@@ -83,36 +90,34 @@ def _check_settings_key_spelling(mapping: dict, where: str) -> None:
     for key in mapping:
         if (isinstance(key, str) and key not in KNOWN_KEYS
                 and difflib.get_close_matches(key.lower(), [SETTINGS_KEY.lower()], cutoff=0.75)):
-            raise InputFileError(f"{where}: unknown key {key!r}; did you mean {SETTINGS_KEY}? "
+            raise InputFileError(f"{where}: unknown key {quote(key)}; did you mean {SETTINGS_KEY}? "
                                  f"(the agent's settings go in a {SETTINGS_KEY}: map)")
 
 
 def yaml_documents(text: str, where: str) -> list[Any]:
-    """Every document of a YAML text. JSON is read without loading the YAML parser, which
-    short-lived hook processes would pay for on every container start."""
-    if text.lstrip().startswith("{"):
-        try:
-            return [json.loads(text)]
-        except json.JSONDecodeError:
-            pass  # YAML flow style is not always JSON: let the YAML parser judge it
-    import yaml
-
+    """Every document of a YAML text, read with nri_numa.documents' bounds (nesting, size,
+    plain tags, digits). JSON is read without loading the YAML parser, which short-lived hook
+    processes would pay for on every container start."""
     try:
-        return list(yaml.safe_load_all(text))
-    except yaml.YAMLError as e:
-        raise NotYamlError(f"{where}: not valid YAML: {_yaml_problem(e)}") from None
-
-
-def _yaml_problem(e: Exception) -> str:
-    mark = getattr(e, "problem_mark", None)
-    problem = getattr(e, "problem", None) or str(e).splitlines()[0]
-    return f"line {mark.line + 1}: {problem}" if mark is not None else problem
+        return documents(text, where)
+    except NotParsedError as e:
+        raise NotYamlError(str(e)) from None
+    except DocumentError as e:
+        raise InputFileError(str(e)) from None
 
 
 def read_text(path: Path, what: str) -> str:
+    """The file's text (UTF-8), refused past MAX_BYTES for ``what`` before it is read whole."""
+    limit = MAX_BYTES.get(what, 1 << 20)
     try:
-        return path.read_text()
+        with open(path, "rb") as f:
+            raw = f.read(limit + 1)
     except OSError as e:
         raise InputFileError(f"cannot read {what} file {path}: {e.strerror}") from None
+    if len(raw) > limit:
+        raise InputFileError(f"{path}: larger than {limit >> 20} MiB, more than any {what} "
+                             "file")
+    try:
+        return raw.decode("utf-8")
     except UnicodeDecodeError:
         raise InputFileError(f"{path}: not a text file") from None

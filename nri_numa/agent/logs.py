@@ -23,6 +23,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from nri_numa.bounds import printable
 from nri_numa.state.safe_files import APPEND, NotAFile, UnusableFile, open_file, open_folder
 from nri_numa.topology.cpulist import format_cached
 
@@ -46,6 +47,17 @@ class LogFileRefused(LogSetupError):
     def __init__(self, message: str, folder: bool = False) -> None:
         super().__init__(message)
         self.folder = folder
+
+
+class OneLineFormatter(logging.Formatter):
+    """A text formatter whose lines stay one per event: a newline, a control character or a
+    lone surrogate in a logged value (a container name, an id off a hook's stdin) is written
+    as its escape, so that it can neither start a forged line nor fail the write. A
+    traceback after the line keeps its lines."""
+
+    def formatMessage(self, record: logging.LogRecord) -> str:
+        text = super().formatMessage(record)
+        return text if text.isprintable() else printable(text)
 
 
 class JsonFormatter(logging.Formatter):
@@ -89,7 +101,7 @@ def configure(level: str = "info", fmt: str = "text", file: Path | None = None) 
                                     else logging.StreamHandler(sys.stderr))
     except LogFileRefused as e:
         handler, refused = logging.StreamHandler(sys.stderr), e
-    handler.setFormatter(JsonFormatter() if fmt == "json" else logging.Formatter(TEXT_FORMAT))
+    handler.setFormatter(JsonFormatter() if fmt == "json" else OneLineFormatter(TEXT_FORMAT))
     root = logging.getLogger()
     for old in root.handlers[:]:
         root.removeHandler(old)

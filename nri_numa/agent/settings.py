@@ -16,6 +16,7 @@ from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
+from nri_numa.bounds import clip, join_problems, quote
 from nri_numa.podresources import DEFAULT_SOCKET as DEFAULT_POD_RESOURCES_SOCKET
 
 SECTION = "nriNuma"
@@ -32,13 +33,14 @@ DEFAULT_CDI_SPEC_DIRS = ("/etc/cdi", "/var/run/cdi")
 METRICS_OFF = ("", "off")
 LOG_FORMATS = ("text", "json")
 LOG_LEVELS = ("debug", "info", "warning", "error")
+MAX_PATH = 4096  # bytes: Linux's PATH_MAX; no system call takes a longer path
 
 
 class SettingsError(ValueError):
     """Settings the agent cannot start with; ``problems`` has one line per bad key or flag."""
 
     def __init__(self, problems: list[str]) -> None:
-        super().__init__("; ".join(problems))
+        super().__init__(join_problems(problems))
         self.problems = problems
 
 
@@ -78,14 +80,16 @@ class AgentSettings:
 
 def _text(raw: Any, what: str) -> str:
     if not isinstance(raw, str):
-        raise _Bad(f"must be a string ({what}), not {type(raw).__name__} {raw!r}")
+        raise _Bad(f"must be a string ({what}), not {type(raw).__name__} {quote(raw)}")
     return raw
 
 
 def _path(raw: Any) -> Path:
     text = _text(raw, "a path")
     if not text.strip() or "\0" in text:
-        raise _Bad(f"{raw!r} is not a path")
+        raise _Bad(f"{quote(raw)} is not a path")
+    if len(text) > MAX_PATH:
+        raise _Bad(f"{quote(raw)} is not a path: longer than {MAX_PATH} characters")
     return Path(text)
 
 
@@ -98,7 +102,7 @@ def _paths(raw: Any) -> tuple[Path, ...]:
     items = raw.split(",") if isinstance(raw, str) else raw
     if not isinstance(items, list | tuple) or not items:
         raise _Bad(f"must be a non-empty list of paths (comma-separated on the command line), "
-                   f"not {raw!r}")
+                   f"not {quote(raw)}")
     return tuple(_path(item.strip() if isinstance(item, str) else item) for item in items)
 
 
@@ -113,7 +117,8 @@ def _optional_socket(raw: Any) -> str:
 def _plugin_name(raw: Any) -> str:
     text = _text(raw, "a plugin name")
     if not text or any(c.isspace() or c == "/" for c in text):
-        raise _Bad(f"{text!r} is not a plugin name: it must be non-empty, without spaces or '/'")
+        raise _Bad(f"{quote(text)} is not a plugin name: it must be non-empty, without spaces or "
+                   "'/'")
     return text
 
 
@@ -125,7 +130,7 @@ def _plugin_index(raw: Any) -> str:
     if isinstance(raw, str) and len(raw) == 2 and raw.isascii() and raw.isdigit():
         return raw
     hint = " (quote it in YAML: \"05\")" if isinstance(raw, int) else ""
-    raise _Bad(f"{raw!r} is not a plugin index: two digits, 00 to 99{hint}")
+    raise _Bad(f"{quote(raw)} is not a plugin index: two digits, 00 to 99{hint}")
 
 
 def parse_metrics_address(raw: Any) -> MetricsAddress | None:
@@ -142,18 +147,19 @@ def parse_metrics_address(raw: Any) -> MetricsAddress | None:
         try:
             ipaddress.IPv6Address(host)
         except ValueError:
-            raise _Bad(f"{text!r} is not {allowed}") from None
+            raise _Bad(f"{quote(text)} is not {allowed}") from None
     elif ":" in host:  # an IPv6 address without brackets: the port would be ambiguous
-        raise _Bad(f"{text!r} is not {allowed}; put an IPv6 address in brackets")
-    if not sep or not host or not port.isascii() or not port.isdigit() or int(port) > 65535:
-        raise _Bad(f"{text!r} is not {allowed}")
+        raise _Bad(f"{quote(text)} is not {allowed}; put an IPv6 address in brackets")
+    if (not sep or not host or not port.isascii() or not port.isdigit() or len(port) > 5
+            or int(port) > 65535):
+        raise _Bad(f"{quote(text)} is not {allowed}")
     return MetricsAddress(host, int(port))
 
 
 def _choice(allowed: tuple[str, ...]) -> Callable[[Any], str]:
     def read(raw: Any) -> str:
         if not isinstance(raw, str) or raw.lower() not in allowed:
-            raise _Bad(f"{raw!r} is not one of {', '.join(allowed)}")
+            raise _Bad(f"{quote(raw)} is not one of {', '.join(allowed)}")
         return raw.lower()
     return read
 
@@ -204,7 +210,7 @@ def from_section(section: Any) -> tuple[dict[str, Any], list[str]]:
         try:
             values[key.field] = key.read(raw)
         except _Bad as e:
-            problems.append(f"{SECTION}.{name}: {e}")
+            problems.append(f"{SECTION}.{clip(name)}: {e}")
     return values, problems
 
 
@@ -228,7 +234,7 @@ def resolve(section: Any, where: str, flags: Mapping[str, str | None]) -> AgentS
     from_file, problems = from_section(section)
     given, flag_problems = from_flags(flags)
     if problems:  # one line: the file named once, as for the kubelet keys
-        problems = [f"{where}: {'; '.join(problems)}"]
+        problems = [f"{where}: {join_problems(problems)}"]
     if problems or flag_problems:
         raise SettingsError(problems + flag_problems)
     values = {**from_file, **given}
@@ -239,6 +245,8 @@ def _unknown(name: Any) -> str:
     import difflib
 
     known = [k.name for k in KEYS]
-    close = difflib.get_close_matches(str(name), known, n=1)
+    # A name longer than any known one is no typo of one: difflib is not asked.
+    close = (difflib.get_close_matches(name, known, n=1)
+             if isinstance(name, str) and len(name) <= 64 else [])
     hint = f"; did you mean {close[0]}?" if close else ""
-    return f"unknown key {name!r}{hint} (known keys: {', '.join(known)})"
+    return f"unknown key {quote(name)}{hint} (known keys: {', '.join(known)})"

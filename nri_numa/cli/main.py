@@ -4,9 +4,11 @@ the order ``nri-numa --help`` shows them."""
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from nri_numa import __version__
+from nri_numa.bounds import LINE_LIMIT, one_line
 from nri_numa.cli import explain, generate, hook, hook_daemon, presets, run, simulate, state, topology
 from nri_numa.cli.errors import CliError
 
@@ -28,10 +30,51 @@ def main(argv: list[str] | None = None) -> int:
     """Every command through argparse. The entry point (``main`` of the package nri_numa.cli)
     hands a hook run to the hook client first and comes here only to run it in process."""
     args = build_parser().parse_args(argv)
+    _escape_what_cannot_be_written()
     try:
         return args.func(args)
     except CliError as e:
-        print(f"nri-numa: error: {e}", file=sys.stderr)
+        print(_error_line("error", str(e)), file=sys.stderr)
         return 1
     except BrokenPipeError:
         return 0
+    except Exception as e:  # a bug: one line for the person, the traceback where it can go
+        return _internal_error(e)
+
+
+DEBUG_ENV = "NRI_NUMA_DEBUG"  # set (to anything): an internal error prints its traceback
+
+
+def _error_line(kind: str, message: str) -> str:
+    prefix = f"nri-numa: {kind}: "
+    return prefix + one_line(message, LINE_LIMIT - len(prefix))
+
+
+def _escape_what_cannot_be_written() -> None:
+    """Standard output escapes what its encoding cannot write (a lone surrogate in a container
+    id read back from the state) instead of raising halfway through a table; text that can be
+    written comes out as before. Standard error does so already."""
+    reconfigure = getattr(sys.stdout, "reconfigure", None)
+    if reconfigure is not None:
+        try:
+            reconfigure(errors="backslashreplace")
+        except (ValueError, OSError):
+            pass
+
+
+def _internal_error(e: Exception) -> int:
+    """One line on standard error; the traceback goes to the agent's log when one is set up
+    (``nri-numa run``), and to standard error under NRI_NUMA_DEBUG."""
+    import logging
+
+    where = "see the log" if logging.getLogger().handlers else f"{DEBUG_ENV}=1 shows where"
+    if logging.getLogger().handlers:
+        logging.getLogger("nri_numa").error("internal error", exc_info=e)
+    if os.environ.get(DEBUG_ENV):
+        import traceback
+
+        traceback.print_exception(e, file=sys.stderr)
+    detail = one_line(str(e), 200)
+    print(_error_line("internal error", f"{type(e).__name__}: {detail} (a bug in nri-numa; "
+                                        f"{where})"), file=sys.stderr)
+    return 1

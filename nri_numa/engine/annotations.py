@@ -25,6 +25,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import TypeVar
 
+from nri_numa.bounds import MAX_ANNOTATION_VALUE, clip, quote
 from nri_numa.engine.config import EngineConfig, Ranked, TopologyPolicy, TopologyScope
 
 PREFIX = "numa.nri.io/"
@@ -56,6 +57,7 @@ def pod_topology(config: EngineConfig, annotations: Mapping[str, str], *,
     """The node's policy and scope, narrowed by the pod's annotations; raises AnnotationError."""
     ours = {k: v for k, v in annotations.items() if k.startswith(PREFIX)}
     _check_names(ours, frozenset(OVERRIDES) | frozenset(other_known))
+    check_values(ours)
     asked = [name for name in OVERRIDES if name in ours]
     if asked and not config.allow_pod_overrides:
         raise AnnotationError(f"annotation {asked[0]}: pod overrides are disabled on this node "
@@ -80,12 +82,25 @@ def is_device_annotation(name: str) -> bool:
     return name == DEVICES or (name.startswith(DEVICES_FOR) and len(name) > len(DEVICES_FOR))
 
 
+def check_values(ours: Mapping[str, object]) -> None:
+    """AnnotationError for a value of one of ours that is not a string or is longer than
+    MAX_ANNOTATION_VALUE: nothing under the prefix needs more, and it is refused before it is
+    parsed."""
+    for name, value in ours.items():
+        if not isinstance(value, str):
+            raise AnnotationError(f"annotation {clip(name)}: the value must be a string, not "
+                                  f"{quote(value)}")
+        if len(value) > MAX_ANNOTATION_VALUE:
+            raise AnnotationError(f"annotation {clip(name)}: the value {quote(value)} is longer "
+                                  f"than {MAX_ANNOTATION_VALUE} characters")
+
+
 def _check_names(ours: Mapping[str, str], known: frozenset[str]) -> None:
     for name in sorted(ours):
         if name not in known and not is_device_annotation(name):
             names = sorted(known | {DEVICES, DEVICES_FOR + "<container>"})
-            raise AnnotationError(f"annotation {name}: unknown; annotations under {PREFIX} are "
-                                  f"{', '.join(names)}")
+            raise AnnotationError(f"annotation {clip(name, 80)}: unknown; annotations under "
+                                  f"{PREFIX} are {', '.join(names)}")
 
 
 def _narrowed(ours: Mapping[str, str], name: str, node_value: R, key: str) -> R:
@@ -95,7 +110,7 @@ def _narrowed(ours: Mapping[str, str], name: str, node_value: R, key: str) -> R:
     kind = type(node_value)
     allowed = [v.value for v in kind if v.strictness >= node_value.strictness]
     if raw not in {v.value for v in kind}:
-        raise AnnotationError(f'annotation {name}: "{raw}" is not one of '
+        raise AnnotationError(f'annotation {name}: "{clip(raw)}" is not one of '
                               f"{', '.join(v.value for v in kind)}; this node allows "
                               f"{', '.join(allowed)}")
     value = kind(raw)

@@ -26,6 +26,7 @@ from functools import cached_property
 from types import MappingProxyType
 from typing import Any
 
+from nri_numa.bounds import clip, quote
 from nri_numa.engine.policy.options import (DEFAULT_MAX_ALLOWABLE_NUMA_NODES,
                                             MAX_ALLOWABLE_NUMA_NODES, PREFER_CLOSEST_NUMA_NODES)
 from nri_numa.engine.quantity import MAX_INT64
@@ -112,8 +113,8 @@ def _parse_bool(value: str) -> bool | None:
 
 
 def _bool_error(name: str, value: str) -> str:
-    return (f'bad value for option "{name}": strconv.ParseBool: parsing "{value}": invalid '
-            f"syntax (allowed: {', '.join(_TRUE + _FALSE)})")
+    return (f'bad value for option "{clip(name)}": strconv.ParseBool: parsing "{clip(value)}": '
+            f"invalid syntax (allowed: {', '.join(_TRUE + _FALSE)})")
 
 
 @dataclass(frozen=True)
@@ -200,7 +201,7 @@ def _camel(attr: str) -> str:
 
 
 def not_one_of(value: Any, enum: type[StrEnum]) -> str:
-    return f"{value!r} is not one of {', '.join(e.value for e in enum)}"
+    return f"{quote(value)} is not one of {', '.join(e.value for e in enum)}"
 
 
 def _topology_option_problems(options: Mapping[str, str]) -> list[str]:
@@ -210,14 +211,15 @@ def _topology_option_problems(options: Mapping[str, str]) -> list[str]:
 
 def _topology_option_problem(name: str, value: str) -> str | None:
     if name not in TOPOLOGY_OPTIONS:
-        return (f'unknown Topology Manager Policy option: "{name}" '
+        return (f'unknown Topology Manager Policy option: "{clip(name)}" '
                 f"(known: {', '.join(TOPOLOGY_OPTIONS)})")
     if name == PREFER_CLOSEST:
         return _bool_error(name, value) if _parse_bool(value) is None else None
-    if not _GO_INT.fullmatch(value) or int(value) > MAX_INT64:
+    # Digits are counted before int() converts them: past 4300 it raises, and it is slow.
+    if not _GO_INT.fullmatch(value) or len(value.lstrip("+-0")) > 19 or int(value) > MAX_INT64:
         reason = "invalid syntax" if not _GO_INT.fullmatch(value) else "value out of range"
         return (f'unable to convert policy option to integer "{name}": strconv.Atoi: parsing '
-                f'"{value}": {reason}')
+                f'"{clip(value)}": {reason}')
     if int(value) < KUBELET_MIN_ALLOWABLE:
         return (f'the minimum value of "{MAX_ALLOWABLE}" should not be less than '
                 f"{KUBELET_MIN_ALLOWABLE}")
@@ -229,14 +231,16 @@ def _cpu_manager_problems(config: EngineConfig) -> list[str]:
     if config.cpu_manager_policy is CpuManagerPolicy.NONE:
         if not options:
             return []
-        go_map = " ".join(f"{k}:{v}" for k, v in sorted(options.items()))
+        go_map = " ".join(f"{clip(k)}:{clip(v)}" for k, v in sorted(options.items())[:8])
+        if len(options) > 8:
+            go_map += f" …({len(options) - 8} more)"
         return [f"cpuManagerPolicyOptions: None policy: received unsupported options="
                 f"map[{go_map}] (options need cpuManagerPolicy: static)"]
     problems = []
     for name, value in sorted(options.items()):
         if name not in CPU_OPTIONS:
             problems.append(f'cpuManagerPolicyOptions: unknown CPU Manager Policy option: '
-                            f'"{name}" (known: {", ".join(CPU_OPTIONS)})')
+                            f'"{clip(name)}" (known: {", ".join(CPU_OPTIONS)})')
         elif _parse_bool(value) is None:
             problems.append(f"cpuManagerPolicyOptions: {_bool_error(name, value)}")
     if problems:
@@ -269,7 +273,8 @@ def _memory_manager_problems(config: EngineConfig) -> list[str]:
         where = f"reservedMemory[{i}]"
         for resource, amount in r.limits.items():
             if resource != "memory" and not _is_hugepages(resource):
-                problems.append(f'{where}: invalid configuration: the limit type "{resource}" for '
+                problems.append(f"{where}: invalid configuration: the limit type "
+                                f'"{clip(resource)}" for '
                                 f"NUMA node {r.numa_node} is not supported, only [memory "
                                 "hugepages-<HugePageSize>] is accepted")
             if amount == 0:

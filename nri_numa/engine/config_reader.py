@@ -15,11 +15,12 @@ from collections.abc import Callable, Mapping
 from enum import StrEnum
 from typing import Any
 
+from nri_numa.bounds import clip, quote
 from nri_numa.engine.config import (ConfigError, CpuManagerPolicy, EngineConfig,
                                     MemoryManagerPolicy, MemoryReservation, TopologyPolicy,
                                     TopologyScope, not_one_of)
 from nri_numa.engine.quantity import QuantityError, resource_amount
-from nri_numa.topology.cpulist import ListFormatError, parse_list
+from nri_numa.topology.cpulist import MAX_ID, ListFormatError, parse_list
 
 API_VERSION = "kubelet.config.k8s.io/v1beta1"
 KIND = "KubeletConfiguration"
@@ -54,14 +55,17 @@ class _KeyProblem(Exception):
 
 
 def _unknown_key(key: Any) -> str:
-    close = difflib.get_close_matches(str(key), KNOWN_KEYS, n=1)
+    # A key longer than any known one is no typo of one: difflib is not asked.
+    text = key if isinstance(key, str) else quote(key)
+    close = difflib.get_close_matches(text, KNOWN_KEYS, n=1) if len(text) <= 64 else []
     hint = f"; did you mean {close[0]}?" if close else ""
-    return f"unknown key {key!r}{hint} (known keys: {', '.join(KNOWN_KEYS)})"
+    return f"unknown key {quote(key)}{hint} (known keys: {', '.join(KNOWN_KEYS)})"
 
 
 def _choice(enum: type[StrEnum]) -> Callable[[str, Any], dict[str, Any]]:
     def read(key: str, raw: Any) -> dict[str, Any]:
-        if raw not in {e.value for e in enum}:
+        # A map or list is unhashable: it must not reach the set's lookup.
+        if not isinstance(raw, str) or raw not in {e.value for e in enum}:
             raise _KeyProblem(not_one_of(raw, enum))
         return {_snake(key): enum(raw)}
     return read
@@ -69,15 +73,15 @@ def _choice(enum: type[StrEnum]) -> Callable[[str, Any], dict[str, Any]]:
 
 def _fixed(expected: str) -> Callable[[str, Any], dict[str, Any]]:
     def read(key: str, raw: Any) -> dict[str, Any]:
-        if raw != expected:
-            raise _KeyProblem(f"{raw!r} is not {expected!r}")
+        if not isinstance(raw, str) or raw != expected:
+            raise _KeyProblem(f"{quote(raw)} is not {expected!r}")
         return {}
     return read
 
 
 def _options(key: str, raw: Any) -> dict[str, Any]:
     if not isinstance(raw, Mapping):
-        raise _KeyProblem(f"must be a map of option name to string value, not {raw!r}")
+        raise _KeyProblem(f"must be a map of option name to string value, not {quote(raw)}")
     options = {}
     for name, value in raw.items():
         # YAML turns an unquoted true or 8 into a bool or an int; the kubelet wants strings,
@@ -87,7 +91,8 @@ def _options(key: str, raw: Any) -> dict[str, Any]:
         elif isinstance(value, int):
             value = str(value)
         if not isinstance(name, str) or not isinstance(value, str):
-            raise _KeyProblem(f"option {name!r} must have a string value, not {value!r}")
+            raise _KeyProblem(f"option {quote(name)} must have a string value, not "
+                              f"{quote(value)}")
         options[name] = value
     return {_snake(key): options}
 
@@ -95,21 +100,22 @@ def _options(key: str, raw: Any) -> dict[str, Any]:
 def _cpu_list(key: str, raw: Any) -> dict[str, Any]:
     text = str(raw) if isinstance(raw, int) and not isinstance(raw, bool) else raw
     if not isinstance(text, str):
-        raise _KeyProblem(f'must be a CPU list such as "0-1,32-33", not {raw!r}')
+        raise _KeyProblem(f'must be a CPU list such as "0-1,32-33", not {quote(raw)}')
     try:
         return {"reserved_system_cpus": parse_list(text)}
     except ListFormatError as e:
         raise _KeyProblem(f"invalid configuration: unable to parse reservedSystemCPUs "
-                          f"(--reserved-cpus) {text}, error: {e}") from None
+                          f"(--reserved-cpus) {clip(text)}, error: {e}") from None
 
 
 def _reserved(key: str, raw: Any) -> dict[str, Any]:
     if not isinstance(raw, Mapping):
-        raise _KeyProblem(f'must be a map such as {{cpu: "1", memory: "1Gi"}}, not {raw!r}')
+        raise _KeyProblem(f'must be a map such as {{cpu: "1", memory: "1Gi"}}, not {quote(raw)}')
     amounts = {}
     for resource, value in raw.items():
         if resource not in RESERVABLE:
-            raise _KeyProblem(f"cannot reserve {resource!r} (allowed: {', '.join(RESERVABLE)})")
+            raise _KeyProblem(f"cannot reserve {quote(resource)} (allowed: "
+                              f"{', '.join(RESERVABLE)})")
         try:
             amounts[resource] = resource_amount(resource, value)
         except QuantityError as e:
@@ -128,22 +134,28 @@ def _reservation(entry: Any, where: str) -> MemoryReservation:
         raise _KeyProblem(f"{where}: must be a map with the keys numaNode and limits")
     node = entry.get("numaNode")
     if isinstance(node, bool) or not isinstance(node, int) or node < 0:
-        raise _KeyProblem(f"{where}.numaNode: must be a NUMA node id (0 or more), not {node!r}")
+        raise _KeyProblem(f"{where}.numaNode: must be a NUMA node id (0 or more), not "
+                          f"{quote(node)}")
+    if node > MAX_ID:  # the engine makes a bit of each node id: 2**1000 would be a big one
+        raise _KeyProblem(f"{where}.numaNode: {quote(node)} is above {MAX_ID}, more than any "
+                          "kernel has")
     limits = entry.get("limits")
     if not isinstance(limits, Mapping) or not limits:
         raise _KeyProblem(f"{where}.limits: must be a map such as {{memory: \"1Gi\"}}")
     amounts = {}
     for resource, value in limits.items():
+        if not isinstance(resource, str):
+            raise _KeyProblem(f"{where}.limits: {quote(resource)} is not a resource name")
         try:
-            amounts[str(resource)] = resource_amount(str(resource), value)
+            amounts[resource] = resource_amount(resource, value)
         except QuantityError as e:
-            raise _KeyProblem(f"{where}.limits.{resource}: {e}") from None
+            raise _KeyProblem(f"{where}.limits.{clip(resource)}: {e}") from None
     return MemoryReservation(node, amounts)
 
 
 def _flag(key: str, raw: Any) -> dict[str, Any]:
     if not isinstance(raw, bool):
-        raise _KeyProblem(f"must be true or false, not {raw!r}")
+        raise _KeyProblem(f"must be true or false, not {quote(raw)}")
     return {_snake(key): raw}
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from nri_numa.bounds import MAX_NAME, clip, quote
 from nri_numa.engine.quantity import (QuantityError, bytes_value, cpu_millicores, format_binary,
                                       format_millicores, whole_count)
 from nri_numa.engine.request import (CPU, EPHEMERAL_STORAGE, HUGEPAGES_PREFIX, MEMORY,
@@ -62,7 +63,7 @@ def _amounts(resources: Any, where: str) -> dict[str, int]:
                            f"{type(resources).__name__}")
     amounts = {}
     for res, value in resources.items():
-        path = f"{where}.{res}"
+        path = f"{where}.{clip(str(res))}"
         _check_resource_name(res, path)
         try:
             if res == CPU:
@@ -87,9 +88,9 @@ def _check_resource_name(res: Any, path: str) -> None:
     if res in (CPU, MEMORY, EPHEMERAL_STORAGE) or res.startswith(HUGEPAGES_PREFIX):
         return
     if not is_extended_resource(res):
-        raise RequestError(f"{path}: {res!r} is not a resource a container can ask for; use cpu, "
-                           "memory, ephemeral-storage, hugepages-<size> or an extended resource "
-                           "such as nvidia.com/gpu")
+        raise RequestError(f"{path}: {quote(res)} is not a resource a container can ask for; "
+                           "use cpu, memory, ephemeral-storage, hugepages-<size> or an extended "
+                           "resource such as nvidia.com/gpu")
 
 
 def _check_request_against_limit(res: str, request: int, limit: int | None, path: str) -> None:
@@ -142,7 +143,7 @@ def pod_from_manifest(obj: Mapping[str, Any]) -> PodRequest:
     """
     pod = _map(obj, "pod")
     if pod.get("kind", "Pod") != "Pod":
-        raise RequestError(f"kind: expected Pod, not {pod['kind']!r}")
+        raise RequestError(f"kind: expected Pod, not {quote(pod['kind'])}")
     meta = _map(pod.get("metadata"), "metadata")
     name = _text(meta.get("name"), "metadata.name")
     namespace = _text(meta.get("namespace", "default"), "metadata.namespace")
@@ -175,7 +176,7 @@ def _container(raw: Any, where: str, *, init: bool) -> ContainerRequest:
     kind = ContainerKind.INIT if init else ContainerKind.APP
     if policy is not None:
         if not isinstance(policy, str) or policy not in _INIT_RESTART_POLICIES:
-            raise RequestError(f"{where}.restartPolicy: {policy!r} is not one of "
+            raise RequestError(f"{where}.restartPolicy: {quote(policy)} is not one of "
                                f"{', '.join(_INIT_RESTART_POLICIES)}")
         if init:
             kind = _INIT_RESTART_POLICIES[policy]
@@ -187,7 +188,7 @@ def _container(raw: Any, where: str, *, init: bool) -> ContainerRequest:
 def _annotations(raw: Any) -> dict[str, str]:
     annotations = _map(raw or {}, "metadata.annotations")
     for key, value in annotations.items():
-        _text(value, f"metadata.annotations[{key!r}]", allow_empty=True)
+        _text(value, f"metadata.annotations[{quote(key)}]", allow_empty=True, limit=None)
     return dict(annotations)
 
 
@@ -207,7 +208,11 @@ def _list(value: Any, where: str) -> list[Any]:
     return value
 
 
-def _text(value: Any, where: str, *, allow_empty: bool = False) -> str:
+def _text(value: Any, where: str, *, allow_empty: bool = False,
+          limit: int | None = MAX_NAME) -> str:
     if not isinstance(value, str) or not (value or allow_empty):
-        raise RequestError(f"{where}: must be a non-empty string, not {value!r}")
+        raise RequestError(f"{where}: must be a non-empty string, not {quote(value)}")
+    # Names are echoed in every line about the pod: Kubernetes' own stop at 253 characters.
+    if limit is not None and len(value) > limit:
+        raise RequestError(f"{where}: {quote(value)} is longer than {limit} characters")
     return value

@@ -28,6 +28,8 @@ import math
 import re
 from fractions import Fraction
 
+from nri_numa.bounds import quote
+
 MAX_INT64 = 2**63 - 1
 MAX_QUANTITY_LENGTH = 100
 
@@ -123,12 +125,16 @@ def _quote(text: str) -> str:
 def _as_text(value: object) -> str:
     # bool is an int in Python, but "cpu: true" is a mistake, not one CPU.
     if isinstance(value, bool) or not isinstance(value, (str, int, float)):
-        raise QuantityError(f"bad quantity {value!r}: expected a string such as \"500m\" or "
+        raise QuantityError(f"bad quantity {quote(value)}: expected a string such as \"500m\" or "
                             f"\"2Gi\", or a number, not {type(value).__name__}")
     if isinstance(value, float):
         if not math.isfinite(value):
             raise QuantityError(f"bad quantity {value!r}: must be a finite number")
         return repr(value)
+    if isinstance(value, int) and value.bit_length() > 4 * MAX_QUANTITY_LENGTH:
+        # str() of it would be slow, or raise past 4300 digits; too long either way.
+        raise QuantityError(f"bad quantity {quote(value)}: longer than "
+                            f"{MAX_QUANTITY_LENGTH} characters")
     text = str(value).strip()  # the API server trims surrounding blanks too
     if len(text) > MAX_QUANTITY_LENGTH:
         raise QuantityError(f"bad quantity {_quote(text[:20] + '...')}: longer than "

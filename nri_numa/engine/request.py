@@ -21,6 +21,7 @@ from functools import cached_property
 from types import MappingProxyType
 from typing import Any
 
+from nri_numa.bounds import quote
 from nri_numa.engine.quantity import QuantityError, bytes_value, format_binary
 from nri_numa.topology.cpulist import MAX_ID
 
@@ -57,10 +58,10 @@ def hugepage_size_kib(resource: str) -> int:
     try:
         size = bytes_value(size_text)
     except QuantityError as e:
-        raise RequestError(f"bad hugepages resource name {resource!r}: {e}") from None
+        raise RequestError(f"bad hugepages resource name {quote(resource)}: {e}") from None
     if size <= 0 or size % 1024:
-        raise RequestError(f"bad hugepages resource name {resource!r}: the page size must be a "
-                           "positive whole number of KiB")
+        raise RequestError(f"bad hugepages resource name {quote(resource)}: the page size must "
+                           "be a positive whole number of KiB")
     return size // 1024
 
 
@@ -70,7 +71,7 @@ def _frozen(mapping: Mapping) -> Mapping:
 
 def _check_amount(value: Any, what: str) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise RequestError(f"{what} must be a non-negative integer, not {value!r}")
+        raise RequestError(f"{what} must be a non-negative integer, not {quote(value)}")
 
 
 @dataclass(frozen=True)
@@ -91,11 +92,12 @@ class ContainerRequest:
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name:
-            raise RequestError(f"container name must be a non-empty string, not {self.name!r}")
+            raise RequestError(f"container name must be a non-empty string, not "
+                               f"{quote(self.name)}")
         try:
             object.__setattr__(self, "kind", ContainerKind(self.kind))
         except ValueError:
-            raise RequestError(f"container {self.name}: kind {self.kind!r} is not one of "
+            raise RequestError(f"container {self.name}: kind {quote(self.kind)} is not one of "
                                f"{', '.join(ContainerKind)}") from None
         where = f"container {self.name}"
         for attr in ("cpu_request", "cpu_limit", "memory_request", "memory_limit"):
@@ -103,17 +105,19 @@ class ContainerRequest:
         for attr in ("hugepages_requests", "hugepages_limits", "devices"):
             object.__setattr__(self, attr, _frozen(getattr(self, attr)))
             for key, amount in getattr(self, attr).items():
-                _check_amount(amount, f"{where}: {attr}[{key!r}]")
+                _check_amount(amount, f"{where}: {attr}[{quote(key)}]")
         for size in (*self.hugepages_requests, *self.hugepages_limits):
             if isinstance(size, bool) or not isinstance(size, int) or size <= 0:
-                raise RequestError(f"{where}: hugepage size {size!r} must be a positive KiB count")
+                raise RequestError(f"{where}: hugepage size {quote(size)} must be a positive KiB "
+                                   "count")
         object.__setattr__(self, "device_numa_hints", _frozen(
             {res: frozenset(nodes) for res, nodes in self.device_numa_hints.items()}))
         for res, nodes in self.device_numa_hints.items():
             # Bounded: a hint's mask of node 4000000000 would take 500 MB (a damaged record).
             if any(isinstance(n, bool) or not isinstance(n, int) or not 0 <= n <= MAX_ID
                    for n in nodes):
-                raise RequestError(f"{where}: device_numa_hints[{res!r}] must hold NUMA node ids")
+                raise RequestError(f"{where}: device_numa_hints[{quote(res)}] must hold NUMA node "
+                                   "ids")
         self._check_within_limits(where)
 
     def _check_within_limits(self, where: str) -> None:
@@ -158,7 +162,7 @@ class PodRequest:
             try:
                 object.__setattr__(self, "qos_override", QosClass(self.qos_override))
             except ValueError:
-                raise RequestError(f"pod qos_override {self.qos_override!r} is not one of "
+                raise RequestError(f"pod qos_override {quote(self.qos_override)} is not one of "
                                    f"{', '.join(QosClass)}") from None
         for attr in ("uid", "namespace", "name"):
             if not isinstance(getattr(self, attr), str) or not getattr(self, attr):
@@ -179,8 +183,8 @@ class PodRequest:
             seen.add(c.name)
         for key, value in self.annotations.items():
             if not isinstance(key, str) or not isinstance(value, str):
-                raise RequestError(f"pod {self.name}: annotation {key!r} must map a string to a "
-                                   f"string, not {value!r}")
+                raise RequestError(f"pod {self.name}: annotation {quote(key)} must map a string "
+                                   f"to a string, not {quote(value)}")
 
     @property
     def containers(self) -> tuple[ContainerRequest, ...]:
@@ -191,7 +195,7 @@ class PodRequest:
         for c in self.containers:
             if c.name == name:
                 return c
-        raise KeyError(f"pod {self.namespace}/{self.name} has no container {name!r}")
+        raise KeyError(f"pod {self.namespace}/{self.name} has no container {quote(name)}")
 
     @cached_property
     def qos(self) -> QosClass:

@@ -103,11 +103,17 @@ class MachineKeeper:
 
 
 def decode_request(line: bytes, options: DaemonOptions) -> tuple[entry.HookOptions, bytes, float]:
-    """The hook's options, its stdin and when it started (``time.monotonic()`` here)."""
+    """The hook's options, its stdin and when it started (``time.monotonic()`` here).
+    BadRequest, one line, for anything else: a request must never stop the daemon, so its
+    nesting and numbers are bounded before it is parsed (nri_numa.documents) and every value
+    is checked for its type and range."""
+    from nri_numa.bounds import one_line, quote
+    from nri_numa.documents import DocumentError, load_json
+
     try:
-        request = json.loads(line)
-    except ValueError:
-        raise BadRequest("not JSON") from None
+        request = load_json(line, "request")
+    except DocumentError as e:
+        raise BadRequest(str(e)) from None
     if not isinstance(request, dict):
         raise BadRequest("not a JSON object")
     stage, stdin, given = request.get("stage"), request.get("stdin"), request.get("options")
@@ -118,19 +124,44 @@ def decode_request(line: bytes, options: DaemonOptions) -> tuple[entry.HookOptio
                       ("log_file", "log_file"), ("cgroup_root", "cgroup_root"),
                       ("proc_root", "proc_root")):
         value = given.get(key)
-        if value is not None and not isinstance(value, str):
-            raise BadRequest(f"options.{key} must be a string")
+        if value is not None and (not isinstance(value, str) or "\0" in value
+                                  or len(value) > _MAX_PATH):
+            raise BadRequest(f"options.{key} must be a path, not {quote(value)}")
         if value is not None:
             kwargs[name] = Path(value)
     kwargs.setdefault("log_file", options.log_file)
     try:
         if "timeout" in given:
-            kwargs["timeout"] = float(given["timeout"])
+            kwargs["timeout"] = _seconds(given["timeout"], "options.timeout")
         hook = entry.HookOptions(stage, **kwargs)
-        waited = max(time.time() - float(given.get("started", time.time())), 0.0)
+        started = _seconds(given.get("started", time.time()), "options.started")
+        waited = max(time.time() - started, 0.0)
+        # The client sends its stdin decoded with surrogateescape; any other lone surrogate
+        # (only a forged request has one) cannot be encoded back.
+        raw = stdin.encode("utf-8", "surrogateescape")
     except (TypeError, ValueError) as e:
-        raise BadRequest(str(e)) from None
-    return hook, stdin.encode("utf-8", "surrogateescape"), time.monotonic() - waited
+        raise BadRequest(one_line(str(e), 200)) from None
+    return hook, raw, time.monotonic() - waited
+
+
+_MAX_PATH = 4096  # Linux's PATH_MAX
+
+
+def _seconds(value: Any, where: str) -> float:
+    """A finite number: float() takes "inf" and "nan", which no timer can be armed with."""
+    import math
+
+    from nri_numa.bounds import quote
+
+    if isinstance(value, bool) or not isinstance(value, int | float | str):
+        raise ValueError(f"{where}: could not convert {quote(value)} to a number")
+    try:
+        seconds = float(value)
+    except (ValueError, OverflowError):
+        raise ValueError(f"{where}: could not convert {quote(value)} to a number") from None
+    if not math.isfinite(seconds):
+        raise ValueError(f"{where} must be a finite number, not {quote(value)}")
+    return seconds
 
 
 def answer(line: bytes, options: DaemonOptions, machine: MachineKeeper) -> dict[str, Any]:

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
+from nri_numa.bounds import LINE_LIMIT, one_line, quote
 from nri_numa.hook.cgroup import DEFAULT_CGROUP_ROOT, DEFAULT_PROC, CgroupFs
 from nri_numa.hook.oci import HookInputError, parse_spec, parse_state, read_input, read_spec
 
@@ -31,6 +32,7 @@ STAGES = {"createRuntime": "createRuntime", "prestart": "createRuntime",
           "poststop": "poststop", "precreate": "precreate"}
 DEFAULT_STATE_DIR = Path("/run/nri-numa")
 DEFAULT_TIMEOUT_S = 4.0
+MAX_TIMEOUT_S = 86400.0  # a day: far above any runtime's hook timeout
 LOG_NAME = "hook.log"
 LOG_KEEP_BYTES = 1 << 20  # then the log moves to hook.log.1 (one old file is kept)
 _LOCK_MARGIN_S = 0.5  # left, after waiting for the lock, for the transaction itself
@@ -64,9 +66,11 @@ class HookOptions:
 
     def __post_init__(self) -> None:
         if self.stage not in STAGES:
-            raise ValueError(f"stage {self.stage!r} is not one of {', '.join(STAGES)}")
-        if not self.timeout > 0:
-            raise ValueError(f"timeout must be positive, not {self.timeout!r}")
+            raise ValueError(f"stage {quote(self.stage)} is not one of {', '.join(STAGES)}")
+        # A timer cannot be armed past the platform's time_t, nor with nan or inf.
+        if not 0 < self.timeout <= MAX_TIMEOUT_S:
+            raise ValueError(f"timeout must be positive and at most {MAX_TIMEOUT_S:g} s, not "
+                             f"{quote(self.timeout)}")
 
 
 def run(options: HookOptions, stdin: IO[bytes], stdout: IO[str], stderr: IO[str],
@@ -168,7 +172,8 @@ def _run_stage(options: HookOptions, stdin: IO[bytes], stdout: IO[str], started:
 
 def _fail(options: HookOptions, stderr: IO[str], reason: str,
           started: float | None = None) -> int:
-    line = " ".join(reason.split())  # one line, whatever the message held
+    # One line of bounded length, whatever the message held: the runtime shows it whole.
+    line = one_line(reason, LINE_LIMIT - len(f"nri-numa hook {options.stage}: "))
     if started is None:
         log.error("%s: %s", options.stage, line)
     else:  # the log line also says how long the run took, as a successful run's does
@@ -190,7 +195,7 @@ def _reason(e: Exception) -> str:
     if isinstance(e, (HookError, HookInputError, MachineError)):
         return str(e)
     log.exception("unexpected failure")
-    return f"internal error ({type(e).__name__}: {e}); see the hook log"
+    return f"internal error ({type(e).__name__}: {one_line(str(e), 200)}); see the hook log"
 
 
 @contextmanager
@@ -218,7 +223,7 @@ def _log_to_file(options: HookOptions, stderr: IO[str] | None = None) -> logging
     drops the lines. A log or folder that is a symlink, or a log that is not a file, is never
     written through nor waited on (nri_numa.agent.logs.open_log_file): one warning line on
     stderr says so."""
-    from nri_numa.agent.logs import LogFileRefused, LogSetupError, open_log_file
+    from nri_numa.agent.logs import LogFileRefused, LogSetupError, OneLineFormatter, open_log_file
 
     path = options.log_file or options.state_dir / LOG_NAME
     try:
@@ -232,7 +237,7 @@ def _log_to_file(options: HookOptions, stderr: IO[str] | None = None) -> logging
         # Not None: Python's last-resort handler would then print the log's error line to
         # stderr too, beside the one line the run fails with.
         handler = logging.NullHandler()
-    handler.setFormatter(logging.Formatter(
+    handler.setFormatter(OneLineFormatter(
         "%(asctime)s %(levelname)s hook[%(process)d] %(message)s"))
     # On the package's logger, so that the state layer's warnings land in the same file.
     package = logging.getLogger("nri_numa")

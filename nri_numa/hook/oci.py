@@ -8,12 +8,14 @@ The state is ``{"ociVersion", "id", "status", "pid", "bundle", "annotations"}``
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
+
+from nri_numa.bounds import MAX_NAME, clip, quote
+from nri_numa.documents import DocumentError, NotParsedError, load_json
 
 MAX_INPUT_BYTES = 16 << 20  # a spec with a large seccomp profile is ~100 kB; this is far beyond
 
@@ -40,18 +42,21 @@ def parse_state(raw: bytes | str) -> OciState:
     if not isinstance(data, dict):
         raise HookInputError("the OCI state on stdin must be a JSON object")
     cid = data.get("id")
-    if not isinstance(cid, str) or not cid or "\n" in cid:
-        raise HookInputError(f"OCI state: id must be a non-empty one-line string, not {cid!r}")
+    if not isinstance(cid, str) or not cid or "\n" in cid or len(cid) > MAX_NAME:
+        raise HookInputError(f"OCI state: id must be a non-empty one-line string of at most "
+                             f"{MAX_NAME} characters, not {quote(cid)}")
     pid = data.get("pid")
     if pid is not None and (isinstance(pid, bool) or not isinstance(pid, int) or pid < 0):
-        raise HookInputError(f"OCI state of {cid}: pid must be a non-negative integer, not {pid!r}")
+        raise HookInputError(f"OCI state of {clip(cid)}: pid must be a non-negative integer, "
+                             f"not {quote(pid)}")
     annotations = data.get("annotations") or {}
     if not isinstance(annotations, dict) or not all(
             isinstance(k, str) and isinstance(v, str) for k, v in annotations.items()):
-        raise HookInputError(f"OCI state of {cid}: annotations must map strings to strings")
+        raise HookInputError(f"OCI state of {clip(cid)}: annotations must map strings to "
+                             "strings")
     for key in ("status", "bundle"):
         if not isinstance(data.get(key, ""), str):
-            raise HookInputError(f"OCI state of {cid}: {key} must be a string")
+            raise HookInputError(f"OCI state of {clip(cid)}: {key} must be a string")
     return OciState(cid, data.get("status", ""), pid or None, data.get("bundle", ""), annotations)
 
 
@@ -65,7 +70,7 @@ def parse_spec(raw: bytes | str, where: str) -> dict[str, Any]:
 def read_spec(bundle: str) -> dict[str, Any]:
     """``<bundle>/config.json``."""
     if not bundle or not Path(bundle).is_absolute():
-        raise HookInputError(f"OCI state: bundle must be an absolute path, not {bundle!r}")
+        raise HookInputError(f"OCI state: bundle must be an absolute path, not {quote(bundle)}")
     path = Path(bundle) / "config.json"
     try:
         with open(path, "rb") as f:
@@ -84,11 +89,15 @@ def read_input(stream: Any) -> bytes:
 
 
 def _json(raw: bytes | str, where: str) -> Any:
+    """The JSON value, its nesting, size and digits bounded (nri_numa.documents): a spec
+    nests about 8 deep, and precreate copies it whole."""
     if len(raw) > MAX_INPUT_BYTES:
         raise HookInputError(f"{where} is larger than {MAX_INPUT_BYTES} bytes")
     if not raw.strip():
         raise HookInputError(f"{where} is empty")
     try:
-        return json.loads(raw)
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise HookInputError(f"{where} is not JSON: {e}") from None
+        return load_json(raw, where)
+    except NotParsedError as e:
+        raise HookInputError(f"{where} is not JSON: {e.detail}") from None
+    except DocumentError as e:
+        raise HookInputError(str(e)) from None

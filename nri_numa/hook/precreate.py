@@ -20,6 +20,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from nri_numa.bounds import quote
 from nri_numa.engine.decision import Placement
 from nri_numa.runtime.device_grant import DEVICE_ACCESS, Grant
 from nri_numa.topology.cpulist import format_list
@@ -38,8 +39,8 @@ def container_id(spec: Mapping[str, Any]) -> str:
     path = linux.get("cgroupsPath") if isinstance(linux, dict) else None
     found = _CONTAINER_ID.search(path) if isinstance(path, str) else None
     if found is None:
-        raise SpecError(f"cannot tell the container id: linux.cgroupsPath is {path!r}, which "
-                        "holds no 64-hex id (precreate is a podman stage)")
+        raise SpecError(f"cannot tell the container id: linux.cgroupsPath is {quote(path)}, "
+                        "which holds no 64-hex id (precreate is a podman stage)")
     return found.group(0)
 
 

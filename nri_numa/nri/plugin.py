@@ -20,6 +20,7 @@ from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 
 from nri_numa.agent.inputs import InputFileError, NotYamlError, config_document
+from nri_numa.bounds import clip
 from nri_numa.agent.metrics import NO_METRICS, NoMetrics, PluginMetrics
 from nri_numa.engine.config import ConfigError, EngineConfig
 from nri_numa.engine.context import EngineContext
@@ -191,7 +192,8 @@ class NumaPlugin:
         try:
             return translate.runtime_container(container, translate.runtime_pod(pod))
         except RuntimeInputError as e:
-            raise PluginError(f"nri-numa: cannot read container {container.id}: {e}") from None
+            raise PluginError(f"nri-numa: cannot read container {clip(container.id)}: "
+                              f"{e}") from None
 
     def _admit(self, container: RuntimeContainer) -> Placement:
         """Place ``container``; PluginError with the engine's reason when it does not fit."""

@@ -21,6 +21,7 @@ from typing import Any, Protocol, TypeVar
 
 from google.protobuf.message import DecodeError, Message
 
+from nri_numa.bounds import one_line
 from nri_numa.nri.pb import api_pb2, ttrpc_pb2
 from nri_numa.nri.wire.mux import PLUGIN_SERVICE_CONN, RUNTIME_SERVICE_CONN, ConnectionClosed, Mux
 from nri_numa.nri.wire.ttrpc import Client, RawHandler, Server
@@ -328,11 +329,14 @@ def _typed(
         try:
             response = handler(request)
         except PluginError as exc:
-            log.warning("%s refused: %s", method, exc)
-            raise TtrpcError(Code.UNKNOWN, str(exc)) from exc
+            # One line the runtime can show, however long or odd the values it names.
+            message = one_line(str(exc))
+            log.warning("%s refused: %s", method, message)
+            raise TtrpcError(Code.UNKNOWN, message) from exc
         except Exception as exc:
             log.exception("%s handler failed", method)
-            raise TtrpcError(Code.UNKNOWN, f"{method} failed: {type(exc).__name__}: {exc}") from exc
+            raise TtrpcError(Code.UNKNOWN, one_line(f"{method} failed: {type(exc).__name__}: "
+                                                    f"{exc}")) from exc
         finally:
             _in_handler.active = False
         if not isinstance(response, response_type):

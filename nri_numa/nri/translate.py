@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from nri_numa.bounds import clip
 from nri_numa.engine.decision import Placement
 from nri_numa.nri.pb import api_pb2 as api
 from nri_numa.runtime.device_grant import DEVICE_ACCESS, Grant
@@ -53,7 +54,7 @@ def runtime_container(container: api.Container, pod: RuntimePod) -> RuntimeConta
     """Raises RuntimeInputError naming the container and the bad field."""
     linux = container.linux
     cpu, memory = linux.resources.cpu, linux.resources.memory
-    where = f"container {container.name or container.id}"
+    where = f"container {clip(container.name or container.id)}"
     return RuntimeContainer(
         id=container.id, name=container.name, pod=pod,
         cpu_shares=cpu.shares.value if cpu.HasField("shares") else None,
@@ -106,17 +107,18 @@ def live_containers(req: api.SynchronizeRequest,
         try:
             pods[p.id] = runtime_pod(p)
         except RuntimeInputError as e:
-            problems.append(f"pod {p.id} skipped: {e}")
+            problems.append(f"pod {clip(p.id)} skipped: {e}")
     live = sorted((c for c in req.containers if is_live(c)), key=creation_order_key)
     readable = []
     for c in live:
         if c.pod_sandbox_id not in pods:
-            problems.append(f"container {c.id} skipped: its pod {c.pod_sandbox_id} is unknown")
+            problems.append(f"container {clip(c.id)} skipped: its pod {clip(c.pod_sandbox_id)} "
+                            "is unknown")
             continue
         try:
             readable.append(runtime_container(c, pods[c.pod_sandbox_id]))
         except RuntimeInputError as e:
-            problems.append(f"container {c.id} skipped: {e}")
+            problems.append(f"container {clip(c.id)} skipped: {e}")
     return readable, {c.id for c in live}, problems
 
 

@@ -28,6 +28,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
+from nri_numa.bounds import quote
 from nri_numa.agent.inputs import InputFileError, read_text, yaml_documents
 from nri_numa.podresources.pb import api_pb2 as pr
 
@@ -86,13 +87,13 @@ def state_from_mapping(data: Any) -> FakeKubeletState:
         cpu_ids=_ints(alloc.get("cpus", []), "allocatable.cpus"))
     get = data.get("get", "enabled")
     if get not in GET_MODES:
-        raise FakeStateError(f"get must be one of {', '.join(GET_MODES)}, not {get!r}")
+        raise FakeStateError(f"get must be one of {', '.join(GET_MODES)}, not {quote(get)}")
     delay = data.get("delay", 0)
     if isinstance(delay, bool) or not isinstance(delay, (int, float)) or delay < 0:
-        raise FakeStateError(f"delay must be a number of seconds >= 0, not {delay!r}")
+        raise FakeStateError(f"delay must be a number of seconds >= 0, not {quote(delay)}")
     garbage = data.get("garbage", False)
     if not isinstance(garbage, bool):
-        raise FakeStateError(f"garbage must be true or false, not {garbage!r}")
+        raise FakeStateError(f"garbage must be true or false, not {quote(garbage)}")
     return FakeKubeletState(pods, allocatable, get, float(delay), garbage)
 
 
@@ -141,7 +142,7 @@ def _list(data: Any, where: str) -> list[Any]:
 
 def _string(data: Any, where: str) -> str:
     if not isinstance(data, str) or not data:
-        raise FakeStateError(f"{where} must be a non-empty string, not {data!r}")
+        raise FakeStateError(f"{where} must be a non-empty string, not {quote(data)}")
     return data
 
 
@@ -149,5 +150,5 @@ def _ints(data: Any, where: str) -> list[int]:
     items = _list(data, where)
     for n in items:
         if isinstance(n, bool) or not isinstance(n, int) or n < 0:
-            raise FakeStateError(f"{where}: {n!r} is not a non-negative integer")
+            raise FakeStateError(f"{where}: {quote(n)} is not a non-negative integer")
     return items

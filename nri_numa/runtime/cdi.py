@@ -14,7 +14,6 @@ CDI name when the runtime is to inject it (docs/devices.md, "CDI").
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import re
@@ -25,6 +24,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from nri_numa.bounds import quote
+from nri_numa.documents import DocumentError, NotParsedError, load_json, load_yaml
 from nri_numa.runtime.cdi_names import CdiName, CdiNameError, parse_kind, parse_name
 from nri_numa.runtime.container import DeviceNode, RuntimeInputError
 
@@ -38,6 +39,7 @@ NODE_TYPES = ("c", "u", "b", "p")
 
 _NVIDIA_GPU_NODE = re.compile(r"/dev/nvidia\d+")
 _MAX_WARNED = 1024  # distinct bad annotation values remembered, so each is logged once
+MAX_SPEC_BYTES = 4 << 20  # nvidia-ctk's spec for 8 GPUs is about 10 kB
 
 
 class SpecError(ValueError):
@@ -68,29 +70,35 @@ class CdiDevice:
 
 
 def read_spec(path: str | Path) -> tuple[CdiDevice, ...]:
-    """The devices of one spec file; SpecError naming the file and what is wrong."""
+    """The devices of one spec file; SpecError naming the file and what is wrong. The file's
+    size, nesting, values and tags are bounded before it is parsed (nri_numa.documents)."""
     path = Path(path)
+    where = f"CDI spec {path}"
     try:
-        text = path.read_text()
+        with open(path, "rb") as f:
+            raw = f.read(MAX_SPEC_BYTES + 1)
+        if len(raw) > MAX_SPEC_BYTES:
+            raise SpecError(f"{where}: larger than {MAX_SPEC_BYTES >> 20} MiB, more than any "
+                            "CDI spec")
+        text = raw.decode("utf-8")
     except (OSError, UnicodeDecodeError) as e:
-        raise SpecError(f"CDI spec {path}: cannot read it: {e}") from None
+        raise SpecError(f"{where}: cannot read it: {e}") from None
     try:
-        document = json.loads(text) if path.suffix == ".json" else _yaml(text)
-    except ValueError as e:
-        raise SpecError(f"CDI spec {path}: not {path.suffix[1:].upper()}: {e}") from None
+        if path.suffix == ".json":
+            document = load_json(text, where)
+        else:
+            documents = load_yaml(text, where, fast=True)
+            if len(documents) > 1:
+                raise SpecError(f"{where}: holds {len(documents)} YAML documents; a spec is one")
+            document = documents[0] if documents else None
+    except NotParsedError as e:
+        raise SpecError(f"{where}: not {path.suffix[1:].upper()}: {e.detail}") from None
+    except DocumentError as e:
+        raise SpecError(str(e)) from None
     try:
         return parse_spec(document, str(path))
     except (SpecError, CdiNameError, RuntimeInputError) as e:
-        raise SpecError(f"CDI spec {path}: {e}") from None
-
-
-def _yaml(text: str) -> Any:
-    import yaml
-
-    try:
-        return yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
-    except yaml.YAMLError as e:
-        raise ValueError(str(e).replace("\n", " ")) from None
+        raise SpecError(f"{where}: {e}") from None
 
 
 def parse_spec(document: Any, where: str = "") -> tuple[CdiDevice, ...]:
@@ -115,7 +123,7 @@ def parse_spec(document: Any, where: str = "") -> tuple[CdiDevice, ...]:
             raise SpecError(f"devices[{i}].name must be a string")
         qualified = parse_name(f"{kind}={name}")
         if name in devices:
-            raise SpecError(f"device {name!r} is defined twice")
+            raise SpecError(f"device {quote(name)} is defined twice")
         devices[name] = CdiDevice(CdiName(vendor, device_class, qualified.device),
                                   _nodes(device.get("containerEdits"),
                                          f"devices[{i}].containerEdits"), shared, where)
@@ -141,18 +149,18 @@ def _node(entry: Any, where: str) -> CdiNode:
     node = _mapping(entry, where)
     path, host_path = node.get("path"), node.get("hostPath") or node.get("path")
     if not isinstance(path, str) or not path.startswith("/"):
-        raise SpecError(f"{where}.path must be an absolute path, not {path!r}")
+        raise SpecError(f"{where}.path must be an absolute path, not {quote(path)}")
     if not isinstance(host_path, str) or not host_path.startswith("/"):
-        raise SpecError(f"{where}.hostPath must be an absolute path, not {host_path!r}")
+        raise SpecError(f"{where}.hostPath must be an absolute path, not {quote(host_path)}")
     kind = node.get("type") or None
     if kind is not None and kind not in NODE_TYPES:
-        raise SpecError(f"{where}.type {kind!r} is not one of {', '.join(NODE_TYPES)}")
+        raise SpecError(f"{where}.type {quote(kind)} is not one of {', '.join(NODE_TYPES)}")
     numbers = []
     for key in ("major", "minor"):
         value = node.get(key)
         if value is not None and (isinstance(value, bool) or not isinstance(value, int)
                                   or value < 0):
-            raise SpecError(f"{where}.{key} must be a non-negative integer, not {value!r}")
+            raise SpecError(f"{where}.{key} must be a non-negative integer, not {quote(value)}")
         numbers.append(value)
     return CdiNode(path, host_path, kind, numbers[0], numbers[1])
 

@@ -13,6 +13,8 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from nri_numa.bounds import quote
+
 ANNOTATION_PREFIX = "cdi.k8s.io/"
 
 _VENDOR_OR_CLASS = re.compile(r"[A-Za-z](?:[A-Za-z0-9_.-]*[A-Za-z0-9])?")
@@ -42,7 +44,7 @@ def parse_kind(text: str) -> tuple[str, str]:
     try:
         return _split_kind(text)
     except CdiNameError as e:
-        raise CdiNameError(f"{text!r} is not a CDI kind: {e}") from None
+        raise CdiNameError(f"{quote(text)} is not a CDI kind: {e}") from None
 
 
 def parse_name(text: str) -> CdiName:
@@ -53,10 +55,10 @@ def parse_name(text: str) -> CdiName:
             raise CdiNameError("no '=' before the device (vendor.com/class=name)")
         vendor, device_class = _split_kind(kind)
         if not _DEVICE.fullmatch(device):
-            raise CdiNameError(f"device {device!r} must start and end with a letter or digit, "
-                               "and hold only letters, digits, '_', '-', '.', ':'")
+            raise CdiNameError(f"device {quote(device)} must start and end with a letter or "
+                               "digit, and hold only letters, digits, '_', '-', '.', ':'")
     except CdiNameError as e:
-        raise CdiNameError(f"{text!r} is not a CDI device name: {e}") from None
+        raise CdiNameError(f"{quote(text)} is not a CDI device name: {e}") from None
     return CdiName(vendor, device_class, device)
 
 
@@ -66,8 +68,8 @@ def _split_kind(kind: str) -> tuple[str, str]:
         raise CdiNameError("no '/' between vendor and class (vendor.com/class)")
     for what, part in (("vendor", vendor), ("class", device_class)):
         if not _VENDOR_OR_CLASS.fullmatch(part):
-            raise CdiNameError(f"{what} {part!r} must start with a letter, end with a letter or "
-                               "digit, and hold only letters, digits, '_', '-', '.'")
+            raise CdiNameError(f"{what} {quote(part)} must start with a letter, end with a "
+                               "letter or digit, and hold only letters, digits, '_', '-', '.'")
     return vendor, device_class
 
 

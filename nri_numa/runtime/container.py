@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
+from nri_numa.bounds import MAX_NAME, clip, quote
 from nri_numa.topology.cpulist import ListFormatError, parse_list
 
 DEVICE_TYPES = ("c", "b", "u", "p")  # OCI: char, block, unbuffered char, FIFO
@@ -25,13 +26,23 @@ class RuntimeInputError(ValueError):
 def _frozen(mapping: Mapping[str, str], where: str) -> Mapping[str, str]:
     for key, value in mapping.items():
         if not isinstance(key, str) or not isinstance(value, str):
-            raise RuntimeInputError(f"{where}: {key!r} must map a string to a string")
+            raise RuntimeInputError(f"{where}: {quote(key)} must map a string to a string")
     return MappingProxyType(dict(mapping))
 
 
 def _optional_int(value: object, where: str) -> None:
     if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
-        raise RuntimeInputError(f"{where} must be an integer or unset, not {value!r}")
+        raise RuntimeInputError(f"{where} must be an integer or unset, not {quote(value)}")
+
+
+def _name(value: object, what: str, *, required: bool) -> None:
+    """An id or name: a string, non-empty where ``required``, at most MAX_NAME characters (a
+    longer one is no runtime's id, and would be echoed into every log line about it)."""
+    if not isinstance(value, str) or (required and not value):
+        qualifier = "a non-empty string" if required else "a string"
+        raise RuntimeInputError(f"{what} must be {qualifier}, not {quote(value)}")
+    if len(value) > MAX_NAME:
+        raise RuntimeInputError(f"{what} {quote(value)} is longer than {MAX_NAME} characters")
 
 
 @dataclass(frozen=True)
@@ -45,15 +56,16 @@ class DeviceNode:
 
     def __post_init__(self) -> None:
         if not isinstance(self.path, str) or not self.path:
-            raise RuntimeInputError(f"device path must be a non-empty string, not {self.path!r}")
+            raise RuntimeInputError(f"device path must be a non-empty string, not "
+                                    f"{quote(self.path)}")
         if self.type not in DEVICE_TYPES:
-            raise RuntimeInputError(f"device {self.path}: type {self.type!r} is not one of "
-                                    f"{', '.join(DEVICE_TYPES)}")
+            raise RuntimeInputError(f"device {clip(self.path)}: type {quote(self.type)} is not "
+                                    f"one of {', '.join(DEVICE_TYPES)}")
         for attr in ("major", "minor"):
             value = getattr(self, attr)
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-                raise RuntimeInputError(f"device {self.path}: {attr} must be a non-negative "
-                                        f"integer, not {value!r}")
+                raise RuntimeInputError(f"device {clip(self.path)}: {attr} must be a "
+                                        f"non-negative integer, not {quote(value)}")
 
 
 @dataclass(frozen=True)
@@ -70,14 +82,14 @@ class RuntimePod:
     labels: Mapping[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        for attr in ("id", "uid", "name", "namespace", "cgroup_parent"):
-            if not isinstance(getattr(self, attr), str):
-                raise RuntimeInputError(f"pod {attr} must be a string, not "
-                                        f"{getattr(self, attr)!r}")
-        if not self.id:
-            raise RuntimeInputError("pod id must be a non-empty string")
-        object.__setattr__(self, "annotations", _frozen(self.annotations, f"pod {self.id} annotations"))
-        object.__setattr__(self, "labels", _frozen(self.labels, f"pod {self.id} labels"))
+        for attr in ("id", "uid", "name", "namespace"):
+            _name(getattr(self, attr), f"pod {attr}", required=attr == "id")
+        if not isinstance(self.cgroup_parent, str):
+            raise RuntimeInputError(f"pod cgroup_parent must be a string, not "
+                                    f"{quote(self.cgroup_parent)}")
+        object.__setattr__(self, "annotations",
+                           _frozen(self.annotations, f"pod {clip(self.id)} annotations"))
+        object.__setattr__(self, "labels", _frozen(self.labels, f"pod {clip(self.id)} labels"))
 
 
 @dataclass(frozen=True)
@@ -106,19 +118,17 @@ class RuntimeContainer:
 
     def __post_init__(self) -> None:
         for attr in ("id", "name"):
-            if not isinstance(getattr(self, attr), str) or not getattr(self, attr):
-                raise RuntimeInputError(f"container {attr} must be a non-empty string, not "
-                                        f"{getattr(self, attr)!r}")
-        where = f"container {self.name}"
+            _name(getattr(self, attr), f"container {attr}", required=True)
+        where = f"container {clip(self.name)}"
         for attr in ("cpu_shares", "cpu_quota", "cpu_period", "memory_limit"):
             _optional_int(getattr(self, attr), f"{where}: {attr}")
         pages = dict(self.hugepage_limits)
         for size, amount in pages.items():
             if isinstance(size, bool) or not isinstance(size, int) or size <= 0:
-                raise RuntimeInputError(f"{where}: hugepage size {size!r} must be a positive "
-                                        "number of KiB")
+                raise RuntimeInputError(f"{where}: hugepage size {quote(size)} must be a "
+                                        "positive number of KiB")
             if isinstance(amount, bool) or not isinstance(amount, int) or amount < 0:
-                raise RuntimeInputError(f"{where}: hugepage limit {amount!r} must be a "
+                raise RuntimeInputError(f"{where}: hugepage limit {quote(amount)} must be a "
                                         "non-negative number of bytes")
         object.__setattr__(self, "hugepage_limits", MappingProxyType(pages))
         object.__setattr__(self, "devices", tuple(self.devices))
@@ -153,7 +163,7 @@ def parse_cpuset(text: str, where: str) -> frozenset[int] | None:
     if not text.strip():
         return None
     if any(len(n.lstrip("0")) > 5 or int(n) > MAX_CPUSET_ID for n in _NUMBER.findall(text)):
-        raise RuntimeInputError(f"{where}: {text[:40]!r} names ids above {MAX_CPUSET_ID}, more "
+        raise RuntimeInputError(f"{where}: {quote(text)} names ids above {MAX_CPUSET_ID}, more "
                                 "than any kernel has")
     try:
         return parse_list(text)
@@ -172,9 +182,10 @@ def page_size_kib(text: str) -> int:
     stripped = text.strip()
     digits = len(stripped) - len(stripped.lstrip("0123456789"))
     number, unit = stripped[:digits], stripped[digits:].upper()
-    if not number or unit not in _PAGE_UNITS:
-        raise RuntimeInputError(f"hugepage size {text!r} is not a size such as 2MB or 1GB")
+    # 19 digits hold any page size; int() of thousands would be slow, or raise past 4300.
+    if not number or len(number.lstrip("0")) > 19 or unit not in _PAGE_UNITS:
+        raise RuntimeInputError(f"hugepage size {quote(text)} is not a size such as 2MB or 1GB")
     size = int(number) * _PAGE_UNITS[unit]
     if size <= 0 or size % 1024:
-        raise RuntimeInputError(f"hugepage size {text!r} is not a whole number of KiB")
+        raise RuntimeInputError(f"hugepage size {quote(text)} is not a whole number of KiB")
     return size // 1024

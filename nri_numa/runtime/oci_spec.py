@@ -15,10 +15,11 @@ path in the spec (``linux.resources.cpu.quota``).
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from typing import Any
 
+from nri_numa.bounds import quote
+from nri_numa.documents import DocumentError, load_json
 from nri_numa.runtime.container import (DeviceNode, RuntimeContainer, RuntimeInputError,
                                         RuntimePod, page_size_kib, parse_cpuset, parse_env)
 
@@ -103,7 +104,7 @@ def _string(value: Any, where: str) -> str:
     if value is None:
         return ""
     if not isinstance(value, str):
-        raise RuntimeInputError(f"{where} must be a string, not {value!r}")
+        raise RuntimeInputError(f"{where} must be a string, not {quote(value)}")
     return value
 
 
@@ -120,7 +121,7 @@ def _string_map(value: Any, where: str) -> dict[str, str]:
         raise RuntimeInputError(f"{where} must be an object, not {type(value).__name__}")
     for key, item in value.items():
         if not isinstance(key, str) or not isinstance(item, str):
-            raise RuntimeInputError(f"{where}: {key!r} must map a string to a string")
+            raise RuntimeInputError(f"{where}: {quote(key)} must map a string to a string")
     return dict(value)
 
 
@@ -128,7 +129,7 @@ def _integer(value: Any, where: str) -> int | None:
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, int):
-        raise RuntimeInputError(f"{where} must be an integer, not {value!r}")
+        raise RuntimeInputError(f"{where} must be an integer, not {quote(value)}")
     return value
 
 
@@ -141,9 +142,9 @@ def _crio_labels(annotations: Mapping[str, str]) -> dict[str, str]:
     if not raw:
         return {}
     try:
-        labels = json.loads(raw)
-    except json.JSONDecodeError as e:
-        raise RuntimeInputError(f"annotation {CRIO_LABELS_KEY} is not JSON: {e}") from None
+        labels = load_json(raw, f"annotation {CRIO_LABELS_KEY}")
+    except DocumentError as e:
+        raise RuntimeInputError(str(e)) from None
     return _string_map(labels, f"annotation {CRIO_LABELS_KEY}")
 
 
@@ -182,7 +183,8 @@ def _devices(value: Any) -> tuple[DeviceNode, ...]:
         major = _integer(item.get("major"), f"{where}[{i}].major")
         minor = _integer(item.get("minor"), f"{where}[{i}].minor")
         if kind != "p" and (major is None or minor is None):
-            raise RuntimeInputError(f"{where}[{i}] ({item.get('path')!r}) needs major and minor")
+            raise RuntimeInputError(f"{where}[{i}] ({quote(item.get('path'))}) needs major and "
+                                    "minor")
         try:
             nodes.append(DeviceNode(_string(item.get("path"), f"{where}[{i}].path"), kind,
                                     major or 0, minor or 0))

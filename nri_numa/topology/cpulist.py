@@ -7,13 +7,23 @@ may end in NUL bytes or carry stray whitespace, and an empty string is the empty
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from functools import lru_cache
+
+from nri_numa.bounds import quote as _shown  # the whole of a short text, a prefix of a long one
 
 _JUNK = " \t\r\n\x00"
 # Far above any kernel's CPU or NUMA node ids (NR_CPUS is at most 8192). A list read from a
 # damaged file ("0-4000000000") would otherwise build a set of billions of ints.
 MAX_ID = (1 << 16) - 1
+# What one list may expand to in all: each id once. A list naming more is not a set of a
+# machine's CPUs ("0-65535,0-65535,..." would cost a second per thousand repeats), and is
+# refused from the lengths of its ranges, before any is expanded.
+MAX_EXPANDED = MAX_ID + 1
+# One element: ASCII digits only (int() would take "١" or "1_0"), few enough of them that no
+# conversion is slow; a longer number is above MAX_ID anyway.
+_ELEMENT = re.compile(r"([0-9]{1,20})(?:-([0-9]{1,20}))?(?::([0-9]{1,20}))?")
 
 
 class ListFormatError(ValueError):
@@ -25,25 +35,33 @@ def parse_list(text: str) -> frozenset[int]:
     text = text.strip(_JUNK)
     if not text:
         return frozenset()
-    out: set[int] = set()
+    spans = []
+    expanded = 0
     for part in text.split(","):
         part = part.strip(_JUNK)
         if not part:
-            raise ListFormatError(f"empty element in list {text!r}")
-        try:
-            span, _, stride_text = part.partition(":")
-            stride = int(stride_text) if stride_text else 1
-            first_text, dash, last_text = span.partition("-")
-            first = int(first_text)
-            last = int(last_text) if dash else first
-        except ValueError:
-            raise ListFormatError(f"bad element {part!r} in list {text!r}") from None
-        if first < 0 or last < first or stride < 1:
-            raise ListFormatError(f"bad range {part!r} in list {text!r}")
+            raise ListFormatError(f"empty element in list {_shown(text)}")
+        element = _ELEMENT.fullmatch(part)
+        if element is None:
+            raise ListFormatError(f"bad element {_shown(part)} in list {_shown(text)}")
+        first_text, last_text, stride_text = element.groups()
+        first = int(first_text)
+        last = int(last_text) if last_text is not None else first
+        stride = int(stride_text) if stride_text is not None else 1
+        if last < first or stride < 1:
+            raise ListFormatError(f"bad range {_shown(part)} in list {_shown(text)}")
         if last > MAX_ID:
-            raise ListFormatError(f"{part!r}: ids go up to {MAX_ID}")
-        out.update(range(first, last + 1, stride))
+            raise ListFormatError(f"{_shown(part)}: ids go up to {MAX_ID}")
+        expanded += (last - first) // stride + 1
+        if expanded > MAX_EXPANDED:
+            raise ListFormatError(f"list {_shown(text)} names more than {MAX_EXPANDED} ids, "
+                                  "counting repeats")
+        spans.append(range(first, last + 1, stride))
+    out: set[int] = set()
+    for span in spans:
+        out.update(span)
     return frozenset(out)
+
 
 
 def format_list(ids: Iterable[int]) -> str:
@@ -74,7 +92,9 @@ def parse_mask(text: str) -> frozenset[int]:
     try:
         value = int(text, 16)
     except ValueError:
-        raise ListFormatError(f"bad mask {text!r}") from None
+        raise ListFormatError(f"bad mask {_shown(text)}") from None
+    if value.bit_length() > MAX_ID + 1:
+        raise ListFormatError(f"mask {_shown(text)}: ids go up to {MAX_ID}")
     return frozenset(i for i in range(value.bit_length()) if value >> i & 1)
 
 

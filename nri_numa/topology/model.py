@@ -14,7 +14,9 @@ from functools import cached_property
 from types import MappingProxyType
 from typing import Any
 
-from nri_numa.topology.cpulist import format_list, parse_list
+from nri_numa.bounds import MAX_DIGITS, clip, quote
+from nri_numa.documents import DocumentError, NotParsedError, load_json
+from nri_numa.topology.cpulist import MAX_ID, format_list, parse_list
 from nri_numa.topology.parts import PCIE_LEVELS, Cpu, Gpu, HugePages, Nic, NumaNode, PciDevice
 
 SCHEMA_VERSION = 1
@@ -129,10 +131,13 @@ class Topology:
 
     @classmethod
     def from_json(cls, text: str) -> Topology:
+        # Nesting, values and digits bounded before anything is walked (nri_numa.documents).
         try:
-            data = json.loads(text)
-        except json.JSONDecodeError as e:
-            raise TopologyFormatError(f"topology is not JSON: {e}") from None
+            data = load_json(text, "topology")
+        except NotParsedError as e:
+            raise TopologyFormatError(f"topology is not JSON: {e.detail}") from None
+        except DocumentError as e:
+            raise TopologyFormatError(str(e)) from None
         return cls.from_dict(data)
 
 
@@ -147,7 +152,7 @@ class _TopologyReader:
         version = d.get("schema_version")
         if version != SCHEMA_VERSION:
             raise TopologyFormatError(
-                f"schema_version is {version!r}; this nri-numa reads {SCHEMA_VERSION}")
+                f"schema_version is {quote(version)}; this nri-numa reads {SCHEMA_VERSION}")
         return Topology(
             cpus=tuple(self._cpu(c, f"cpus[{i}]") for i, c in enumerate(self._arr(d, "cpus"))),
             numa_nodes=tuple(self._node(n, f"numa_nodes[{i}]")
@@ -166,8 +171,8 @@ class _TopologyReader:
     def _cpu(self, raw: Any, where: str) -> Cpu:
         c = self._obj(raw, where)
         return Cpu(
-            id=self._int(c.get("id"), f"{where}.id"),
-            numa=self._opt_int(c.get("numa"), f"{where}.numa"),
+            id=self._id(c.get("id"), f"{where}.id"),
+            numa=self._opt_id(c.get("numa"), f"{where}.numa"),
             online=self._bool(c.get("online", True), f"{where}.online"),
             core=self._opt_int(c.get("core"), f"{where}.core"),
             socket=self._opt_int(c.get("socket"), f"{where}.socket"),
@@ -179,14 +184,15 @@ class _TopologyReader:
         n = self._obj(raw, where)
         hugepages = {}
         for size, counts in self._obj(n.get("hugepages", {}), f"{where}.hugepages").items():
-            w = f"{where}.hugepages.{size}"
+            w = f"{where}.hugepages.{clip(str(size))}"
             counts = self._obj(counts, w)
             hugepages[self._int(size, w)] = HugePages(self._int(counts.get("total"), f"{w}.total"),
                                                       self._int(counts.get("free"), f"{w}.free"))
-        distances = {self._int(k, f"{where}.distances"): self._int(v, f"{where}.distances.{k}")
+        distances = {self._id(k, f"{where}.distances"):
+                     self._int(v, f"{where}.distances.{clip(str(k))}")
                      for k, v in self._obj(n.get("distances", {}), f"{where}.distances").items()}
         return NumaNode(
-            id=self._int(n.get("id"), f"{where}.id"),
+            id=self._id(n.get("id"), f"{where}.id"),
             cpus=self._list(n.get("cpus", ""), f"{where}.cpus"),
             memory_bytes=self._int(n.get("memory_bytes"), f"{where}.memory_bytes"),
             hugepages=hugepages,
@@ -197,7 +203,7 @@ class _TopologyReader:
         p = self._obj(raw, where)
         return PciDevice(
             address=self._str(p.get("address"), f"{where}.address"),
-            numa_node=self._opt_int(p.get("numa_node"), f"{where}.numa_node"),
+            numa_node=self._opt_id(p.get("numa_node"), f"{where}.numa_node"),
             class_code=self._int(p.get("class"), f"{where}.class"),
             vendor=self._int(p.get("vendor"), f"{where}.vendor"),
             device=self._int(p.get("device"), f"{where}.device"),
@@ -225,16 +231,18 @@ class _TopologyReader:
         for k, v in pcie.items():
             if v not in PCIE_LEVELS:
                 raise TopologyFormatError(
-                    f"{where}.pcie.{k} is {v!r}; expected one of {', '.join(PCIE_LEVELS)}")
+                    f"{where}.pcie.{clip(str(k))} is {quote(v)}; expected one of "
+                    f"{', '.join(PCIE_LEVELS)}")
         return Gpu(
             index=self._int(g.get("index"), f"{where}.index"),
             uuid=self._str(g.get("uuid"), f"{where}.uuid"),
             pci_address=self._str(g.get("pci_address"), f"{where}.pci_address"),
-            numa_node=self._opt_int(g.get("numa_node"), f"{where}.numa_node"),
+            numa_node=self._opt_id(g.get("numa_node"), f"{where}.numa_node"),
             minor=self._opt_int(g.get("minor"), f"{where}.minor"),
             name=self._str(g.get("name", ""), f"{where}.name"),
             nvswitch_links=self._int(g.get("nvswitch_links", 0), f"{where}.nvswitch_links"),
-            nvlink_peers={str(k): self._int(v, f"{where}.nvlink_peers.{k}") for k, v in peers.items()},
+            nvlink_peers={str(k): self._int(v, f"{where}.nvlink_peers.{clip(str(k))}")
+                          for k, v in peers.items()},
             pcie={str(k): v for k, v in pcie.items()},
         )
 
@@ -262,26 +270,36 @@ class _TopologyReader:
             raise TopologyFormatError(f"{where} must be an integer, not a boolean")
         if isinstance(v, int):
             return v
-        if isinstance(v, str):
+        if isinstance(v, str) and len(v) <= MAX_DIGITS:  # int() is slow on long digit runs
             try:
                 return int(v, 0)
             except ValueError:
                 pass
-        raise TopologyFormatError(f"{where} must be an integer, not {v!r}")
+        raise TopologyFormatError(f"{where} must be an integer, not {quote(v)}")
 
     def _opt_int(self, v: Any, where: str) -> int | None:
         return None if v is None else self._int(v, where)
 
+    def _id(self, v: Any, where: str) -> int:
+        """A CPU or NUMA node id: the engine makes a bit of each, so 10**30 would cost."""
+        value = self._int(v, where)
+        if value > MAX_ID:
+            raise TopologyFormatError(f"{where} is {quote(value)}; ids go up to {MAX_ID}")
+        return value
+
+    def _opt_id(self, v: Any, where: str) -> int | None:
+        return None if v is None else self._id(v, where)
+
     @staticmethod
     def _bool(v: Any, where: str) -> bool:
         if not isinstance(v, bool):
-            raise TopologyFormatError(f"{where} must be true or false, not {v!r}")
+            raise TopologyFormatError(f"{where} must be true or false, not {quote(v)}")
         return v
 
     @staticmethod
     def _str(v: Any, where: str) -> str:
         if not isinstance(v, str):
-            raise TopologyFormatError(f"{where} must be a string, not {v!r}")
+            raise TopologyFormatError(f"{where} must be a string, not {quote(v)}")
         return v
 
     def _opt_str(self, v: Any, where: str) -> str | None:
@@ -294,10 +312,12 @@ class _TopologyReader:
 
     @staticmethod
     def _list(v: Any, where: str) -> frozenset[int]:
-        if isinstance(v, list) and all(isinstance(i, int) and not isinstance(i, bool) for i in v):
+        if isinstance(v, list) and all(isinstance(i, int) and not isinstance(i, bool)
+                                       and 0 <= i <= MAX_ID for i in v):
             return frozenset(v)
         if not isinstance(v, str):
-            raise TopologyFormatError(f"{where} must be a CPU list such as \"0-3,8\", not {v!r}")
+            raise TopologyFormatError(f"{where} must be a CPU list such as \"0-3,8\" (ids up to "
+                                      f"{MAX_ID}), not {quote(v)}")
         try:
             return parse_list(v)
         except ValueError as e:

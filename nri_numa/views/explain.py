@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
+from nri_numa.bounds import clip
 from nri_numa.engine.admit import Admission, admit
 from nri_numa.engine.allocations import Allocations
 from nri_numa.engine.bitmask import bits, nonzero_intersections
@@ -26,6 +27,7 @@ from nri_numa.engine.scope import MergeStep
 from nri_numa.views.simulate import Entry, InputError, PodEntry, Simulator, Step, StepKind, known_pods
 
 SINGLE_NUMA_NODE = "single-numa-node"
+MAX_NAMED = 20  # pods an unknown --pod's error lists; a file of thousands stays one line
 
 
 class Rule(StrEnum):
@@ -275,8 +277,11 @@ def explain_pod(ctx: EngineContext, entries: Sequence[Entry], key: str,
     before it leave; nothing is committed. InputError when no such pod is in ``entries``."""
     index = next((i for i, e in enumerate(entries) if isinstance(e, PodEntry) and e.key == key), None)
     if index is None:
-        names = ", ".join(known_pods(entries)) or "none"
-        raise InputError(f"no pod {key} in {source} (pods: {names})")
+        pods = known_pods(entries)
+        names = ", ".join(clip(name) for name in pods[:MAX_NAMED]) or "none"
+        if len(pods) > MAX_NAMED:
+            names += f", and {len(pods) - MAX_NAMED} more"
+        raise InputError(f"no pod {clip(key)} in {source} (pods: {names})")
     simulator = Simulator(ctx)
     for entry in entries[:index]:
         simulator.apply(entry)

@@ -17,6 +17,7 @@ from types import MappingProxyType
 from typing import Any
 
 from nri_numa.agent.inputs import InputFileError, read_config_file, read_text, yaml_documents
+from nri_numa.bounds import clip, join_problems, one_line, quote
 from nri_numa.engine.allocations import Allocations
 from nri_numa.engine.config import ConfigError, EngineConfig
 from nri_numa.engine.context import EngineContext
@@ -29,6 +30,9 @@ from nri_numa.topology.model import Topology
 
 class InputError(ValueError):
     """A config or pods file that cannot be used at all; the message names the file."""
+
+
+MAX_ENTRY_ERROR = 300  # characters of a bad entry's error, a row of simulate's table
 
 
 # --- reading the files ------------------------------------------------------------------
@@ -53,7 +57,8 @@ def build_context(topology: Topology, config: EngineConfig, config_path: Path) -
     try:
         return EngineContext.build(topology, config)
     except ConfigError as e:
-        raise InputError(f"{config_path}: does not fit this machine: {'; '.join(e.problems)}") from None
+        raise InputError(f"{config_path}: does not fit this machine: "
+                         f"{join_problems(e.problems)}") from None
 
 
 @dataclass(frozen=True)
@@ -106,23 +111,25 @@ def parse_entry(raw: Any, where: str) -> Entry:
     """One pod manifest or deletion; a bad one becomes a BadEntry with the engine's message."""
     if isinstance(raw, Mapping) and "delete" in raw:
         return _delete_entry(raw, where)
+    # Each error is one line of bounded length: it becomes a row of simulate's table.
     try:
         return PodEntry(where, pod_from_manifest(raw))
     except RequestError as e:
-        return BadEntry(where, str(e))
+        return BadEntry(where, one_line(str(e), MAX_ENTRY_ERROR))
     except (TypeError, ValueError) as e:  # a value of a kind the reader did not expect
-        return BadEntry(where, f"cannot read this pod: {e}")
+        return BadEntry(where, one_line(f"cannot read this pod: {e}", MAX_ENTRY_ERROR))
 
 
 def _delete_entry(raw: Mapping[str, Any], where: str) -> Entry:
     target = raw["delete"]
     if set(raw) != {"delete"}:
-        extra = ", ".join(sorted(str(k) for k in raw if k != "delete"))
+        extra = clip(", ".join(sorted(str(k) for k in raw if k != "delete")), 80)
         return BadEntry(where, f"a deletion has only the key delete, not {extra}")
     key = pod_key(target) if isinstance(target, str) else ""
     namespace, _, name = key.partition("/")
     if not namespace or not name or "/" in name:
-        return BadEntry(where, f'delete: expected "namespace/name" or "name", not {target!r}')
+        return BadEntry(where, f'delete: expected "namespace/name" or "name", not '
+                               f"{quote(target)}")
     return DeleteEntry(where, key)
 
 

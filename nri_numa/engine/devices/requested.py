@@ -20,6 +20,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import replace
 
+from nri_numa.bounds import MAX_ANNOTATION_VALUE, clip, quote
 from nri_numa.engine.annotations import DEVICES, DEVICES_FOR, AnnotationError
 from nri_numa.engine.devices import Resource
 from nri_numa.engine.request import ContainerRequest, PodRequest
@@ -29,6 +30,7 @@ NIC_CLASS = "nic"
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._/:-]*")
 _PCI_ID = re.compile(r"pci/([0-9A-Fa-f]{4}):([0-9A-Fa-f]{4})")
 MAX_COUNT = 1024  # far above any machine's devices; a larger number is a typo
+_COUNT = re.compile(r"[0-9]{1,9}")
 
 
 def pci_resource(vendor: int, device: int) -> str:
@@ -41,26 +43,34 @@ def parse_devices(value: str, annotation: str) -> dict[str, int]:
     value. ``pci/`` ids are lowercased, so ``pci/15B3:1021`` and ``pci/15b3:1021`` are one."""
     if not isinstance(value, str):
         raise AnnotationError(f"annotation {annotation}: the value must be a string, "
-                              f"not {value!r}")
+                              f"not {quote(value)}")
+    annotation = clip(annotation, 80)
+    if len(value) > MAX_ANNOTATION_VALUE:
+        raise AnnotationError(f"annotation {annotation}: the value {quote(value)} is longer "
+                              f"than {MAX_ANNOTATION_VALUE} characters")
     counts: dict[str, int] = {}
     if not value.strip():
         return counts
     for item in value.split(","):
         name, sep, count = (part.strip() for part in item.partition("="))
-        if not sep or not _NAME.fullmatch(name) or not count.isdigit() or int(count) == 0:
+        # ASCII digits, few of them: isdigit() takes "²" and "١", which int() refuses or
+        # reads, and a thousand digits are a typo that int() would be slow to convert.
+        if (not sep or not _NAME.fullmatch(name) or not _COUNT.fullmatch(count)
+                or int(count) == 0):
             raise AnnotationError(
-                f'annotation {annotation}: "{item.strip()}" is not resource=count (a positive '
-                "count), e.g. nvidia.com/gpu=2, nic=1 or pci/15b3:1021=1")
+                f'annotation {annotation}: "{clip(item.strip())}" is not resource=count (a '
+                "positive count), e.g. nvidia.com/gpu=2, nic=1 or pci/15b3:1021=1")
         if int(count) > MAX_COUNT:
-            raise AnnotationError(f"annotation {annotation}: {name}={count} asks for more than "
-                                  f"{MAX_COUNT} devices")
+            raise AnnotationError(f"annotation {annotation}: {clip(name)}={count} asks for more "
+                                  f"than {MAX_COUNT} devices")
         if name.lower().startswith(PCI_PREFIX):
             if not _PCI_ID.fullmatch(name.lower()):
-                raise AnnotationError(f'annotation {annotation}: "{name}" is not pci/VVVV:DDDD '
-                                      "(PCI vendor and device ids in hex, e.g. pci/15b3:1021)")
+                raise AnnotationError(f'annotation {annotation}: "{clip(name)}" is not '
+                                      "pci/VVVV:DDDD (PCI vendor and device ids in hex, e.g. "
+                                      "pci/15b3:1021)")
             name = name.lower()
         if name in counts:
-            raise AnnotationError(f"annotation {annotation}: {name} is named twice")
+            raise AnnotationError(f"annotation {annotation}: {clip(name)} is named twice")
         counts[name] = int(count)
     return counts
 
@@ -73,8 +83,8 @@ def resolve_devices(asked: Mapping[str, int], resources: Mapping[str, Resource],
     for name, count in asked.items():
         resource = _resolve(name, resources, classes, annotation)
         if resource in out:
-            raise AnnotationError(f"annotation {annotation}: {name} and another name both mean "
-                                  f"{resource}; name it once")
+            raise AnnotationError(f"annotation {annotation}: {clip(name)} and another name both "
+                                  f"mean {resource}; name it once")
         out[resource] = count
     return out
 
@@ -87,10 +97,11 @@ def _resolve(name: str, resources: Mapping[str, Resource],
     if len(members) == 1:
         return members[0]
     if len(members) > 1:
-        raise AnnotationError(f"annotation {annotation}: {name} is ambiguous on this node, which "
-                              f"has {len(members)} kinds: {', '.join(members)}; name one of them")
+        raise AnnotationError(f"annotation {annotation}: {clip(name)} is ambiguous on this node, "
+                              f"which has {len(members)} kinds: {', '.join(members)}; name one of "
+                              "them")
     offered = sorted({*resources, *(c for c, m in classes.items() if m)})
-    raise AnnotationError(f"annotation {annotation}: {name} is not a device resource of this "
+    raise AnnotationError(f"annotation {annotation}: {clip(name)} is not a device resource of this "
                           f"node (it has: {', '.join(offered) or 'none'})")
 
 
