@@ -243,12 +243,14 @@ class Lab:
         try:
             self._claim_machine()
             self._bring_up(binaries, containerd, busybox, began, progress)
-        except BaseException:
+        except BaseException as exc:
             progress("bring-up failed: tearing down what was started")
             problems = self.down()
             if problems:
                 progress(f"the tear-down left: {problems}")
-            raise
+            if isinstance(exc, (LabFailed, LabUnavailable)) or not isinstance(exc, Exception):
+                raise  # Ctrl-C and the like too
+            raise LabFailed(f"{type(exc).__name__}: {exc}") from exc
         took = time.monotonic() - began
         self.recorded.timings["up"] = round(took, 1)
         self._save()
@@ -266,9 +268,10 @@ class Lab:
                                 f"108-byte limit of unix socket paths; use a shorter folder")
         if (os.cpu_count() or 1) < 2:
             raise LabUnavailable("nri-numa reserves CPU 0: the lab needs at least 2 CPUs")
-        overlapping = subprocess.run(["ip", "-4", "route", "show", "match", POD_SUBNET],
-                                     capture_output=True, text=True, check=False).stdout.strip()
-        if overlapping and "default" not in overlapping:
+        routes = subprocess.run(["ip", "-4", "route", "show", "match", POD_SUBNET],
+                                capture_output=True, text=True, check=False).stdout.splitlines()
+        overlapping = [r for r in routes if r.strip() and not r.startswith("default")]
+        if overlapping:
             raise LabFailed(f"the pod network {POD_SUBNET} overlaps a route of this machine: {overlapping}")
 
     def _claim_machine(self) -> None:
