@@ -45,11 +45,13 @@ def quote(value: Any, limit: int = QUOTE_LIMIT) -> str:
     surrogates come out escaped, as repr writes them, so the result is one line that any
     stream can encode."""
     if isinstance(value, str | bytes):
-        if len(value) <= limit:
-            return repr(value)
+        shown = repr(value[:limit])
+        if len(shown) > limit + 2:  # escapes (\udc80 is six characters) count too
+            shown = _cut_repr(value[:limit], limit)
+        elif len(value) <= limit:
+            return shown
         unit = "characters" if isinstance(value, str) else "bytes"
-        prefix = repr(value[:limit])
-        return f"{prefix[:-1]}…{prefix[-1]} ({len(value)} {unit})"
+        return f"{shown[:-1]}…{shown[-1]} ({len(value)} {unit})"
     if isinstance(value, bool) or value is None or isinstance(value, float):
         return repr(value)
     if isinstance(value, int):
@@ -70,13 +72,31 @@ def quote(value: Any, limit: int = QUOTE_LIMIT) -> str:
     return text
 
 
+def _cut_repr(value: str | bytes, limit: int) -> str:
+    """The repr of the longest prefix of ``value`` whose repr, quotes aside, fits ``limit``:
+    cut between escapes, never inside one."""
+    whole = repr(value)
+    quote_mark, body = whole[-1], []
+    size = 0
+    for i in range(len(value)):
+        piece = repr(value[i:i + 1])
+        piece = piece[piece.index(piece[-1]) + 1:-1]  # bytes reprs start with b
+        if size + len(piece) > limit:
+            break
+        body.append(piece)
+        size += len(piece)
+    return f"{whole[:whole.index(quote_mark)]}{quote_mark}{''.join(body)}{quote_mark}"
+
+
 def clip(text: str, limit: int = QUOTE_LIMIT) -> str:
     """``text`` as it is when short and printable, for messages that show a value bare (the
     kubelet's texts do); else escaped and cut like ``quote``, without the quotes."""
     if len(text) <= limit and text.isprintable():
         return text
     cut = printable(text[:limit])
-    return cut if len(text) <= limit else f"{cut}… ({len(text)} characters)"
+    if len(cut) <= limit and len(text) <= limit:
+        return cut
+    return f"{cut[:limit]}… ({len(text)} characters)"
 
 
 def one_line(text: str, limit: int = LINE_LIMIT) -> str:

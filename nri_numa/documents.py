@@ -90,9 +90,11 @@ def load_yaml(text: str, where: str, *, fast: bool = False) -> list[Any]:
     is installed (its messages differ from PyYAML's; for files read by machines, not people)."""
     import yaml
 
-    loader = _loader_class(fast)(text)
-    documents = []
+    documents: list[Any] = []
+    loader = None
     try:
+        # PyYAML's reader refuses some characters as it is made: inside the try.
+        loader = _loader_class(fast)(text)
         while loader.check_node():
             node = loader.get_node()
             _check_nodes(node)
@@ -107,7 +109,8 @@ def load_yaml(text: str, where: str, *, fast: bool = False) -> list[Any]:
         raise DocumentError(f"{where}: cannot read a value: {type(e).__name__}: "
                             f"{quote(str(e), 80)}") from None
     finally:
-        loader.dispose()
+        if loader is not None:
+            loader.dispose()
     return documents
 
 
@@ -251,10 +254,10 @@ def _check_tag(node: Any) -> None:
 
 
 def documents(text: str, where: str) -> list[Any]:
-    """Every document of a YAML text; a text that is a JSON object is read as JSON, without
-    loading the YAML parser (short-lived hook processes would pay for it on every container
-    start)."""
-    if text.lstrip().startswith("{"):
+    """Every document of a YAML text; a text that is a JSON object or array is read as JSON,
+    without loading the YAML parser (short-lived hook processes would pay for it on every
+    container start, and it is a hundred times slower)."""
+    if text.lstrip().startswith(("{", "[")):
         try:
             return [load_json(text, where)]
         except NotParsedError:

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from nri_numa.bounds import LINE_LIMIT, one_line
 from nri_numa.cli.errors import CliError
 from nri_numa.cli.machine_source import add_source_options, load_topology
 
@@ -39,6 +40,8 @@ def engine_inputs(args: argparse.Namespace) -> tuple[EngineContext, list[Entry]]
 
 def report_bad_entries(pods_file: str, steps: Sequence[Step]) -> int:
     """One error line per bad entry of the pods file; the exit status they call for."""
-    for step in steps:
-        print(f"nri-numa: error: {pods_file} {step.where}: {step.message}", file=sys.stderr)
+    prefix = "nri-numa: error: "
+    for step in steps:  # one bounded line each, whatever the file's names hold
+        line = one_line(f"{pods_file} {step.where}: {step.message}", LINE_LIMIT - len(prefix))
+        print(prefix + line, file=sys.stderr)
     return 1 if steps else 0

@@ -212,7 +212,10 @@ def _text(value: Any, where: str, *, allow_empty: bool = False,
           limit: int | None = MAX_NAME) -> str:
     if not isinstance(value, str) or not (value or allow_empty):
         raise RequestError(f"{where}: must be a non-empty string, not {quote(value)}")
-    # Names are echoed in every line about the pod: Kubernetes' own stop at 253 characters.
+    # Names are echoed in every line about the pod: Kubernetes' own stop at 253 characters,
+    # and hold no newline, control character or lone surrogate.
     if limit is not None and len(value) > limit:
         raise RequestError(f"{where}: {quote(value)} is longer than {limit} characters")
+    if limit is not None and not value.isprintable():
+        raise RequestError(f"{where}: {quote(value)} holds a character that is not printable")
     return value

@@ -17,7 +17,7 @@ from types import MappingProxyType
 from typing import Any
 
 from nri_numa.agent.inputs import InputFileError, read_config_file, read_text, yaml_documents
-from nri_numa.bounds import clip, join_problems, one_line, quote
+from nri_numa.bounds import MAX_NAME, clip, join_problems, one_line, quote
 from nri_numa.engine.allocations import Allocations
 from nri_numa.engine.config import ConfigError, EngineConfig
 from nri_numa.engine.context import EngineContext
@@ -125,9 +125,10 @@ def _delete_entry(raw: Mapping[str, Any], where: str) -> Entry:
     if set(raw) != {"delete"}:
         extra = clip(", ".join(sorted(str(k) for k in raw if k != "delete")), 80)
         return BadEntry(where, f"a deletion has only the key delete, not {extra}")
-    key = pod_key(target) if isinstance(target, str) else ""
+    # A pod's name and namespace: printable, as the manifest reader checks them.
+    key = pod_key(target) if isinstance(target, str) and target.isprintable() else ""
     namespace, _, name = key.partition("/")
-    if not namespace or not name or "/" in name:
+    if not namespace or not name or "/" in name or max(len(namespace), len(name)) > MAX_NAME:
         return BadEntry(where, f'delete: expected "namespace/name" or "name", not '
                                f"{quote(target)}")
     return DeleteEntry(where, key)

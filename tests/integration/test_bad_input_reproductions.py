@@ -151,9 +151,10 @@ def test_a_lone_surrogate_in_a_hook_container_id_is_placed_and_logged(tmp_path, 
     stdin = (f'{{"ociVersion": "1.0.2", "id": "\\udc80x", "status": "creating", "pid": 500, '
              f'"bundle": "{bundle}"}}').encode()
     monkeypatch.setattr(sys, "stdin", type("Stdin", (), {"buffer": io.BytesIO(stdin)})())
+    # --timeout counts from the start of the process, here pytest's: a day, the most.
     code = main(["hook", "createRuntime", "--state-dir", str(state), "--config", str(config),
                  "--topology", str(topology_file(tmp_path, topology)), "--cgroup-root",
-                 str(host.cgroup_root), "--proc-root", str(host.proc), "--timeout", "30"])
+                 str(host.cgroup_root), "--proc-root", str(host.proc), "--timeout", "86400"])
     out, err = capsys.readouterr()
     assert code == 0 and out == "" and err == ""
     assert len(host.cpus("/pods/x")) == 2
