@@ -92,9 +92,19 @@ def _plain(value: Any) -> Any:
     return str(value)
 
 
+_configured = False
+
+
+def configured() -> bool:
+    """Whether ``configure`` set up the agent's log: where the CLI sends a bug's traceback."""
+    return _configured
+
+
 def configure(level: str = "info", fmt: str = "text", file: Path | None = None) -> None:
     """Send every logger's records to ``file`` (appended) or standard error, in ``fmt``. A
     file that is a symlink or not a file: standard error, and a warning there."""
+    global _configured
+    _configured = True
     refused = None
     try:
         handler: logging.Handler = (open_log_file(file) if file is not None

@@ -67,9 +67,11 @@ def _internal_error(e: Exception) -> int:
     (``nri-numa run``), and to standard error under NRI_NUMA_DEBUG."""
     import logging
 
-    where = "see the log" if logging.getLogger().handlers else f"{DEBUG_ENV}=1 shows where"
-    if logging.getLogger().handlers:
+    logs = sys.modules.get("nri_numa.agent.logs")  # loaded by the commands that log
+    logged = logs is not None and logs.configured()
+    if logged:
         logging.getLogger("nri_numa").error("internal error", exc_info=e)
+    where = "its traceback is in the log" if logged else f"{DEBUG_ENV}=1 shows where"
     if os.environ.get(DEBUG_ENV):
         import traceback
 

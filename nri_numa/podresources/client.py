@@ -14,6 +14,7 @@ import os
 
 import grpc
 
+from nri_numa.bounds import clip
 from nri_numa.podresources.pb import api_pb2 as pr
 from nri_numa.podresources.pb import api_pb2_grpc as pr_grpc
 from nri_numa.podresources.hints import find_container
@@ -121,6 +122,7 @@ class PodResourcesClient:
         except grpc.RpcError as e:
             code = e.code() if callable(getattr(e, "code", None)) else None
             detail = e.details() if callable(getattr(e, "details", None)) else str(e)
+            # The kubelet's text, cut to one short line: it goes into the agent's log.
             raise PodResourcesError(
                 f"PodResources {method} on {self.socket_path}: "
-                f"{code.name if code else 'failed'}: {detail}", code) from None
+                f"{code.name if code else 'failed'}: {clip(str(detail), 200)}", code) from None
