@@ -16,10 +16,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from nri_numa.bounds import quote, join_problems
-from nri_numa.documents import DocumentError, NotParsedError, documents
 from nri_numa.engine.config import ConfigError, EngineConfig
 from nri_numa.engine.config_reader import KNOWN_KEYS, config_from_mapping
+from nri_numa.safeio.bounds import quote, join_problems
+from nri_numa.safeio.documents import DocumentError, NotParsedError, documents
 from nri_numa.topology.model import Topology, TopologyFormatError
 
 
@@ -95,7 +95,7 @@ def _check_settings_key_spelling(mapping: dict, where: str) -> None:
 
 
 def yaml_documents(text: str, where: str) -> list[Any]:
-    """Every document of a YAML text, read with nri_numa.documents' bounds (nesting, size,
+    """Every document of a YAML text, read with nri_numa.safeio.documents' bounds (nesting, size,
     plain tags, digits). JSON is read without loading the YAML parser, which short-lived hook
     processes would pay for on every container start."""
     try:

@@ -5,7 +5,7 @@ Decisions are logged with their facts as fields (``extra=`` on the logging call,
 says everything in words; the JSON format writes the message *and* every field, so that a log
 pipeline can select on ``event``, ``pod``, ``cpus`` without parsing prose.
 
-A log file is opened as the state is (nri_numa.state.safe_files): its folder and the file
+A log file is opened as the state is (nri_numa.safeio.safe_files): its folder and the file
 without following a symlink, never waiting on a FIFO. A log file that is a symlink or not a
 file is not written; the log goes to standard error with a warning instead, since the agent's
 work matters more than where its log lands.
@@ -23,8 +23,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from nri_numa.bounds import printable
-from nri_numa.state.safe_files import APPEND, NotAFile, UnusableFile, open_file, open_folder
+from nri_numa.safeio.bounds import printable
+from nri_numa.safeio.safe_files import APPEND, NotAFile, UnusableFile, open_file, open_folder
 from nri_numa.topology.cpulist import format_cached
 
 if TYPE_CHECKING:

@@ -16,8 +16,8 @@ from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
-from nri_numa.bounds import clip, join_problems, quote
 from nri_numa.podresources import DEFAULT_SOCKET as DEFAULT_POD_RESOURCES_SOCKET
+from nri_numa.safeio.bounds import clip, join_problems, quote
 
 SECTION = "nriNuma"
 DEFAULT_SOCKET = "/var/run/nri/nri.sock"

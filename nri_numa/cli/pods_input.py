@@ -8,9 +8,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from nri_numa.bounds import LINE_LIMIT, one_line
 from nri_numa.cli.errors import CliError
 from nri_numa.cli.machine_source import add_source_options, load_topology
+from nri_numa.safeio.bounds import LINE_LIMIT, one_line
 
 if TYPE_CHECKING:  # the engine loads only for the subcommands that use it
     from nri_numa.engine.context import EngineContext

@@ -25,8 +25,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import TypeVar
 
-from nri_numa.bounds import MAX_ANNOTATION_VALUE, clip, quote
 from nri_numa.engine.config import EngineConfig, Ranked, TopologyPolicy, TopologyScope
+from nri_numa.safeio.bounds import MAX_ANNOTATION_VALUE, clip, quote
 
 PREFIX = "numa.nri.io/"
 TOPOLOGY_POLICY = PREFIX + "topology-policy"

@@ -26,11 +26,11 @@ from functools import cached_property
 from types import MappingProxyType
 from typing import Any
 
-from nri_numa.bounds import clip, quote
 from nri_numa.engine.policy.options import (DEFAULT_MAX_ALLOWABLE_NUMA_NODES,
                                             MAX_ALLOWABLE_NUMA_NODES, PREFER_CLOSEST_NUMA_NODES)
 from nri_numa.engine.quantity import MAX_INT64
 from nri_numa.engine.request import RequestError, hugepage_size_kib
+from nri_numa.safeio.bounds import clip, quote
 
 
 class ConfigError(ValueError):

@@ -15,11 +15,11 @@ from collections.abc import Callable, Mapping
 from enum import StrEnum
 from typing import Any
 
-from nri_numa.bounds import clip, quote
 from nri_numa.engine.config import (ConfigError, CpuManagerPolicy, EngineConfig,
                                     MemoryManagerPolicy, MemoryReservation, TopologyPolicy,
                                     TopologyScope, not_one_of)
 from nri_numa.engine.quantity import QuantityError, resource_amount
+from nri_numa.safeio.bounds import clip, quote
 from nri_numa.topology.cpulist import MAX_ID, ListFormatError, parse_list
 
 API_VERSION = "kubelet.config.k8s.io/v1beta1"

@@ -11,12 +11,12 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from nri_numa.bounds import MAX_NAME, clip, quote
 from nri_numa.engine.quantity import (QuantityError, bytes_value, cpu_millicores, format_binary,
                                       format_millicores, whole_count)
 from nri_numa.engine.request import (CPU, EPHEMERAL_STORAGE, HUGEPAGES_PREFIX, MEMORY,
                                      ContainerKind, ContainerRequest, PodRequest, RequestError,
                                      hugepage_size_kib)
+from nri_numa.safeio.bounds import MAX_NAME, clip, quote
 
 
 # --- building requests from Kubernetes resource lists ------------------------------------

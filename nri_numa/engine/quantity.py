@@ -28,7 +28,7 @@ import math
 import re
 from fractions import Fraction
 
-from nri_numa.bounds import quote
+from nri_numa.safeio.bounds import quote
 
 MAX_INT64 = 2**63 - 1
 MAX_QUANTITY_LENGTH = 100

@@ -21,8 +21,8 @@ from functools import cached_property
 from types import MappingProxyType
 from typing import Any
 
-from nri_numa.bounds import quote
 from nri_numa.engine.quantity import QuantityError, bytes_value, format_binary
+from nri_numa.safeio.bounds import quote
 from nri_numa.topology.cpulist import MAX_ID
 
 CPU = "cpu"

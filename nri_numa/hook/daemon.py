@@ -35,7 +35,7 @@ from nri_numa.hook.client import SOCKET_NAME
 from nri_numa.hook.inbox import Inbox
 from nri_numa.hook.machine import Machine, MachineError, load_machine, online_cpus
 from nri_numa.hook.ondemand import StartError, bind_listener, take_start_lock
-from nri_numa.state.safe_files import UnusableFile, open_folder
+from nri_numa.safeio.safe_files import UnusableFile, open_folder
 
 REPLY_TIMEOUT_S = 2.0  # a hook reads its answer at once; one that does not has given up
 
@@ -105,10 +105,10 @@ class MachineKeeper:
 def decode_request(line: bytes, options: DaemonOptions) -> tuple[entry.HookOptions, bytes, float]:
     """The hook's options, its stdin and when it started (``time.monotonic()`` here).
     BadRequest, one line, for anything else: a request must never stop the daemon, so its
-    nesting and numbers are bounded before it is parsed (nri_numa.documents) and every value
+    nesting and numbers are bounded before it is parsed (nri_numa.safeio.documents) and every value
     is checked for its type and range."""
-    from nri_numa.bounds import one_line, quote
-    from nri_numa.documents import DocumentError, load_json
+    from nri_numa.safeio.bounds import one_line, quote
+    from nri_numa.safeio.documents import DocumentError, load_json
 
     try:
         request = load_json(line, "request")
@@ -151,7 +151,7 @@ def _seconds(value: Any, where: str) -> float:
     """A finite number: float() takes "inf" and "nan", which no timer can be armed with."""
     import math
 
-    from nri_numa.bounds import quote
+    from nri_numa.safeio.bounds import quote
 
     if isinstance(value, bool) or not isinstance(value, int | float | str):
         raise ValueError(f"{where}: could not convert {quote(value)} to a number")

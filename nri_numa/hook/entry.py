@@ -24,9 +24,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
-from nri_numa.bounds import LINE_LIMIT, one_line, quote
 from nri_numa.hook.cgroup import DEFAULT_CGROUP_ROOT, DEFAULT_PROC, CgroupFs
 from nri_numa.hook.oci import HookInputError, parse_spec, parse_state, read_input, read_spec
+from nri_numa.safeio.bounds import LINE_LIMIT, one_line, quote
 
 STAGES = {"createRuntime": "createRuntime", "prestart": "createRuntime",
           "poststop": "poststop", "precreate": "precreate"}

@@ -7,7 +7,7 @@ it as long as the kernel's list of online CPUs still matches it. The configurati
 plugin's KubeletConfiguration keys; a JSON file is read without loading the YAML parser.
 
 The kept topology is state like the checkpoint, read and written the same way
-(nri_numa.state.safe_files): never through a symlink or a symlinked state folder, never waiting
+(nri_numa.safeio.safe_files): never through a symlink or a symlinked state folder, never waiting
 on a FIFO, bounded in size and nesting. One that cannot be used is discovered again and
 replaced.
 """
@@ -22,10 +22,10 @@ from pathlib import Path
 from nri_numa.agent.inputs import InputFileError, read_config_file, read_topology_file
 from nri_numa.engine.config import ConfigError, EngineConfig
 from nri_numa.engine.context import EngineContext
-from nri_numa.state.bounded_json import JsonShapeError, check_shape
-from nri_numa.state.checkpoint import machine_fingerprint
-from nri_numa.state.safe_files import (CREATE_NEW, UnusableFile, open_file, open_folder,
+from nri_numa.safeio.bounded_json import JsonShapeError, check_shape
+from nri_numa.safeio.safe_files import (CREATE_NEW, UnusableFile, open_file, open_folder,
                                        read_regular)
+from nri_numa.state.checkpoint import machine_fingerprint
 from nri_numa.topology.cpulist import ListFormatError, parse_list
 from nri_numa.topology.model import Topology, TopologyFormatError
 

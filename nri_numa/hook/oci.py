@@ -14,8 +14,8 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
-from nri_numa.bounds import MAX_NAME, clip, quote
-from nri_numa.documents import DocumentError, NotParsedError, load_json
+from nri_numa.safeio.bounds import MAX_NAME, clip, quote
+from nri_numa.safeio.documents import DocumentError, NotParsedError, load_json
 
 MAX_INPUT_BYTES = 16 << 20  # a spec with a large seccomp profile is ~100 kB; this is far beyond
 
@@ -89,7 +89,7 @@ def read_input(stream: Any) -> bytes:
 
 
 def _json(raw: bytes | str, where: str) -> Any:
-    """The JSON value, its nesting, size and digits bounded (nri_numa.documents): a spec
+    """The JSON value, its nesting, size and digits bounded (nri_numa.safeio.documents): a spec
     nests about 8 deep, and precreate copies it whole."""
     if len(raw) > MAX_INPUT_BYTES:
         raise HookInputError(f"{where} is larger than {MAX_INPUT_BYTES} bytes")

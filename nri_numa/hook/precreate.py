@@ -20,9 +20,9 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from nri_numa.bounds import quote
 from nri_numa.engine.decision import Placement
 from nri_numa.runtime.device_grant import DEVICE_ACCESS, Grant
+from nri_numa.safeio.bounds import quote
 from nri_numa.topology.cpulist import format_list
 
 _CONTAINER_ID = re.compile(r"(?<![0-9a-f])[0-9a-f]{64}(?![0-9a-f])")

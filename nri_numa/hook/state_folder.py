@@ -3,7 +3,7 @@
 The turn files, the daemon's start lock and socket, and the hook log line written as a run
 gives up are made before the engine loads. The folder is opened without following a symlink
 and the files are made relative to it (``dir_fd``), so that a state folder someone replaced with
-a link never gets them where the link points. nri_numa.state.safe_files does the same for everything else; it is not imported here,
+a link never gets them where the link points. nri_numa.safeio.safe_files does the same for everything else; it is not imported here,
 since importing nri_numa.state loads the ledger and the engine.
 """
 

@@ -20,7 +20,6 @@ from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 
 from nri_numa.agent.inputs import InputFileError, NotYamlError, config_document
-from nri_numa.bounds import clip
 from nri_numa.agent.metrics import NO_METRICS, NoMetrics, PluginMetrics
 from nri_numa.engine.config import ConfigError, EngineConfig
 from nri_numa.engine.context import EngineContext
@@ -37,6 +36,7 @@ from nri_numa.nri.session import PluginError
 from nri_numa.nri.start_check import Cpuset, StartCheck
 from nri_numa.runtime import (DeviceGranter, DeviceLocator, GrantError, RuntimeContainer,
                               RuntimeInputError)
+from nri_numa.safeio.bounds import clip
 from nri_numa.state.checkpoint import CheckpointError, CheckpointStore
 from nri_numa.state.ledger import Ledger, LedgerError
 from nri_numa.state.plugin_records import ContainerRecord

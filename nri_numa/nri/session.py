@@ -21,11 +21,11 @@ from typing import Any, Protocol, TypeVar
 
 from google.protobuf.message import DecodeError, Message
 
-from nri_numa.bounds import one_line
 from nri_numa.nri.pb import api_pb2, ttrpc_pb2
 from nri_numa.nri.wire.mux import PLUGIN_SERVICE_CONN, RUNTIME_SERVICE_CONN, ConnectionClosed, Mux
 from nri_numa.nri.wire.ttrpc import Client, RawHandler, Server
 from nri_numa.nri.wire.ttrpc_message import Code, TtrpcError
+from nri_numa.safeio.bounds import one_line
 
 log = logging.getLogger(__name__)
 

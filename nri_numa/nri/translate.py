@@ -12,12 +12,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from nri_numa.bounds import clip
 from nri_numa.engine.decision import Placement
 from nri_numa.nri.pb import api_pb2 as api
-from nri_numa.runtime.device_grant import DEVICE_ACCESS, Grant
 from nri_numa.runtime.container import (DeviceNode, RuntimeContainer, RuntimeInputError,
                                         RuntimePod, page_size_kib, parse_cpuset, parse_env)
+from nri_numa.runtime.device_grant import DEVICE_ACCESS, Grant
+from nri_numa.safeio.bounds import clip
 from nri_numa.topology.cpulist import format_cached
 
 # Containers in these states hold (or are about to hold) CPUs. UNKNOWN is kept: freeing CPUs

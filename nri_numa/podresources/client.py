@@ -14,11 +14,11 @@ import os
 
 import grpc
 
-from nri_numa.bounds import clip
+from nri_numa.podresources.hints import find_container
 from nri_numa.podresources.pb import api_pb2 as pr
 from nri_numa.podresources.pb import api_pb2_grpc as pr_grpc
-from nri_numa.podresources.hints import find_container
 from nri_numa.podresources.pod_heads import DecodeError, PodHeads, pods_named
+from nri_numa.safeio.bounds import clip
 
 MAX_MESSAGE_BYTES = 16 * 1024 * 1024  # the kubelet client's defaultPodResourcesMaxSize
 DEFAULT_TIMEOUT_S = 0.1

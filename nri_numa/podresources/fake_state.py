@@ -28,9 +28,9 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-from nri_numa.bounds import quote
 from nri_numa.agent.inputs import InputFileError, read_text, yaml_documents
 from nri_numa.podresources.pb import api_pb2 as pr
+from nri_numa.safeio.bounds import quote
 
 GET_MODES = ("enabled", "disabled", "unimplemented")
 

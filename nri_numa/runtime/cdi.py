@@ -24,10 +24,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from nri_numa.bounds import quote
-from nri_numa.documents import DocumentError, NotParsedError, load_json, load_yaml
 from nri_numa.runtime.cdi_names import CdiName, CdiNameError, parse_kind, parse_name
 from nri_numa.runtime.container import DeviceNode, RuntimeInputError
+from nri_numa.safeio.bounds import quote
+from nri_numa.safeio.documents import DocumentError, NotParsedError, load_json, load_yaml
 
 log = logging.getLogger(__name__)
 
@@ -71,7 +71,7 @@ class CdiDevice:
 
 def read_spec(path: str | Path) -> tuple[CdiDevice, ...]:
     """The devices of one spec file; SpecError naming the file and what is wrong. The file's
-    size, nesting, values and tags are bounded before it is parsed (nri_numa.documents)."""
+    size, nesting, values and tags are bounded before it is parsed (nri_numa.safeio.documents)."""
     path = Path(path)
     where = f"CDI spec {path}"
     try:

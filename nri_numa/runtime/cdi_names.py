@@ -13,7 +13,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from nri_numa.bounds import quote
+from nri_numa.safeio.bounds import quote
 
 ANNOTATION_PREFIX = "cdi.k8s.io/"
 

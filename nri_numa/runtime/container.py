@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
-from nri_numa.bounds import MAX_NAME, clip, quote
+from nri_numa.safeio.bounds import MAX_NAME, clip, quote
 from nri_numa.topology.cpulist import ListFormatError, parse_list
 
 DEVICE_TYPES = ("c", "b", "u", "p")  # OCI: char, block, unbuffered char, FIFO

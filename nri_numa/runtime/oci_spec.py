@@ -18,10 +18,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from nri_numa.bounds import quote
-from nri_numa.documents import DocumentError, load_json
 from nri_numa.runtime.container import (DeviceNode, RuntimeContainer, RuntimeInputError,
                                         RuntimePod, page_size_kib, parse_cpuset, parse_env)
+from nri_numa.safeio.bounds import quote
+from nri_numa.safeio.documents import DocumentError, load_json
 
 SANDBOX_ID_KEYS = ("io.kubernetes.cri.sandbox-id", "io.kubernetes.cri-o.SandboxID")
 CONTAINER_TYPE_KEYS = ("io.kubernetes.cri.container-type", "io.kubernetes.cri-o.ContainerType")

@@ -8,8 +8,8 @@ failed write never touches the good file. A file that cannot be trusted — not 
 checksum wrong, another format version, another machine, an earlier boot — is renamed aside
 (``checkpoint.json.corrupt-<time>``) with a warning, and the caller rebuilds its state from the
 runtime (NRI Synchronize). So is anything else found at that name: a symlink, a folder, a FIFO,
-a file past MAX_BYTES, JSON nested past its bounds (nri_numa.state.bounded_json). Every file
-here is opened relative to the folder, without following links (nri_numa.state.safe_files), and
+a file past MAX_BYTES, JSON nested past its bounds (nri_numa.safeio.bounded_json). Every file
+here is opened relative to the folder, without following links (nri_numa.safeio.safe_files), and
 a state folder that is itself a symlink is refused.
 
 No container outlives the machine, so a checkpoint only has to outlive the process that wrote
@@ -33,10 +33,10 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from nri_numa.state import safe_files
-from nri_numa.state.bounded_json import JsonShapeError, loads
+from nri_numa.safeio import safe_files
+from nri_numa.safeio.bounded_json import JsonShapeError, loads
+from nri_numa.safeio.safe_files import NotAFile, UnusableFile
 from nri_numa.state.encoding import canonical, encode_payload
-from nri_numa.state.safe_files import NotAFile, UnusableFile
 from nri_numa.topology.cpulist import format_list
 from nri_numa.topology.model import Topology
 

@@ -11,7 +11,7 @@ import re
 from collections.abc import Iterable
 from functools import lru_cache
 
-from nri_numa.bounds import quote as _shown  # the whole of a short text, a prefix of a long one
+from nri_numa.safeio.bounds import quote as _shown  # the whole of a short text, a prefix of a long one
 
 _JUNK = " \t\r\n\x00"
 # Far above any kernel's CPU or NUMA node ids (NR_CPUS is at most 8192). A list read from a

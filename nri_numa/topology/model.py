@@ -14,8 +14,8 @@ from functools import cached_property
 from types import MappingProxyType
 from typing import Any
 
-from nri_numa.bounds import MAX_DIGITS, clip, quote
-from nri_numa.documents import DocumentError, NotParsedError, load_json
+from nri_numa.safeio.bounds import MAX_DIGITS, clip, quote
+from nri_numa.safeio.documents import DocumentError, NotParsedError, load_json
 from nri_numa.topology.cpulist import MAX_ID, format_list, parse_list
 from nri_numa.topology.parts import PCIE_LEVELS, Cpu, Gpu, HugePages, Nic, NumaNode, PciDevice
 
@@ -131,7 +131,7 @@ class Topology:
 
     @classmethod
     def from_json(cls, text: str) -> Topology:
-        # Nesting, values and digits bounded before anything is walked (nri_numa.documents).
+        # Nesting, values and digits bounded before anything is walked (nri_numa.safeio.documents).
         try:
             data = load_json(text, "topology")
         except NotParsedError as e:

@@ -14,7 +14,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
-from nri_numa.bounds import clip
 from nri_numa.engine.admit import Admission, admit
 from nri_numa.engine.allocations import Allocations
 from nri_numa.engine.bitmask import bits, nonzero_intersections
@@ -24,6 +23,7 @@ from nri_numa.engine.merge import ProviderHints, provider_slots
 from nri_numa.engine.numa_info import NumaInfo
 from nri_numa.engine.policy.single_numa_node import filter_single_numa_hints
 from nri_numa.engine.scope import MergeStep
+from nri_numa.safeio.bounds import clip
 from nri_numa.views.simulate import Entry, InputError, PodEntry, Simulator, Step, StepKind, known_pods
 
 SINGLE_NUMA_NODE = "single-numa-node"

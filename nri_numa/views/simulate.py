@@ -17,13 +17,13 @@ from types import MappingProxyType
 from typing import Any
 
 from nri_numa.agent.inputs import InputFileError, read_config_file, read_text, yaml_documents
-from nri_numa.bounds import MAX_NAME, clip, join_problems, one_line, quote
 from nri_numa.engine.allocations import Allocations
 from nri_numa.engine.config import ConfigError, EngineConfig
 from nri_numa.engine.context import EngineContext
 from nri_numa.engine.decision import Decision
 from nri_numa.engine.manifest import pod_from_manifest
 from nri_numa.engine.request import PodRequest, QosClass, RequestError
+from nri_numa.safeio.bounds import MAX_NAME, clip, join_problems, one_line, quote
 from nri_numa.state.ledger import Ledger
 from nri_numa.topology.model import Topology
 

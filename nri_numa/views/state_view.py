@@ -30,9 +30,9 @@ from nri_numa.engine.request import QosClass
 from nri_numa.hook.shared_ledger import PROCESSES_KEY
 from nri_numa.runtime.cpuset_cgroups import CgroupReading, CpusetTree, find_cpuset_tree, locate_all, readings
 from nri_numa.runtime.to_request import qos_from_cgroup_parent
+from nri_numa.safeio.safe_files import UnusableFile, open_folder, read_regular
 from nri_numa.state.checkpoint import (FILE_NAME, MAX_BYTES, UntrustedCheckpoint,
                                        current_boot_id, read_envelope)
-from nri_numa.state.safe_files import UnusableFile, open_folder, read_regular
 from nri_numa.state.ledger import LEDGER_VERSION
 from nri_numa.state.plugin_records import (ContainerRecord, PodRecord, RecordError,
                                            records_from_dict)

@@ -13,8 +13,8 @@ from typing import Any
 
 from hypothesis import strategies as st
 
-from nri_numa.bounds import LINE_LIMIT
 from nri_numa.cli import main
+from nri_numa.safeio.bounds import LINE_LIMIT
 
 def examples(n: int) -> int:
     """``n`` examples, sized for CI (a few seconds a test on two cores); a longer hunt sets

@@ -9,11 +9,11 @@ import time
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from nri_numa.bounds import LINE_LIMIT, QUOTE_LIMIT, clip, one_line, quote
 from nri_numa.engine.annotations import (DEVICES, DEVICES_FOR, OVERRIDES, AnnotationError,
                                          pod_topology)
 from nri_numa.engine.config_reader import config_from_mapping
 from nri_numa.engine.devices.requested import parse_devices
+from nri_numa.safeio.bounds import LINE_LIMIT, QUOTE_LIMIT, clip, one_line, quote
 from nri_numa.topology.cpulist import MAX_EXPANDED, MAX_ID, ListFormatError, parse_list, parse_mask
 from tests.property.bad_input import LONG, TEXT, VALUE, check_line, examples
 

@@ -1,12 +1,12 @@
-"""nri_numa.bounds: how a bad value is shown, and the one line every refusal becomes; the
+"""nri_numa.safeio.bounds: how a bad value is shown, and the one line every refusal becomes; the
 CLI's line for a bug of its own."""
 
 from __future__ import annotations
 
 import pytest
 
-from nri_numa.bounds import BoundError, check_tree, clip, join_problems, one_line, quote
 from nri_numa.cli import main
+from nri_numa.safeio.bounds import BoundError, check_tree, clip, join_problems, one_line, quote
 
 
 @pytest.mark.parametrize("value, shown", [

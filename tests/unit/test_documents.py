@@ -1,11 +1,11 @@
-"""nri_numa.documents: YAML and JSON read with their nesting, size, tags and digits bounded,
+"""nri_numa.safeio.documents: YAML and JSON read with their nesting, size, tags and digits bounded,
 each refusal one line naming the line of the text."""
 
 from __future__ import annotations
 
 import pytest
 
-from nri_numa.documents import DocumentError, NotParsedError, documents, load_json, load_yaml
+from nri_numa.safeio.documents import DocumentError, NotParsedError, documents, load_json, load_yaml
 
 LAUGHS = "".join(f"{c}: &{c} [" + ", ".join([f"*{p}"] * 10 if p else ["x"] * 10) + "]\n"
                  for p, c in zip(["", "a", "b", "c", "d", "e"], "abcdef"))

@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from nri_numa.state.bounded_json import MAX_DEPTH, MAX_DIGITS, JsonShapeError, loads
+from nri_numa.safeio.bounded_json import MAX_DEPTH, MAX_DIGITS, JsonShapeError, loads
 
 
 @pytest.mark.parametrize("raw, why", [

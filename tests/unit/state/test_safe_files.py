@@ -10,7 +10,7 @@ import stat
 import pytest
 
 from nri_numa.agent.logs import LogFileRefused, LogSetupError, open_log_file
-from nri_numa.state.safe_files import (APPEND, LOCK, NotAFile, open_file, open_folder,
+from nri_numa.safeio.safe_files import (APPEND, LOCK, NotAFile, open_file, open_folder,
                                        read_regular)
 from tests.damaged_state import VICTIM_TEXT, damage
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from nri_numa.bounds import MAX_DEPTH, MAX_DIGITS, MAX_NODES, BoundError, check_tree, quote
+from nri_numa.safeio.bounds import MAX_DEPTH, MAX_DIGITS, MAX_NODES, BoundError, check_tree, quote
 
 _YAML = "tag:yaml.org,2002:"
 PLAIN_TAGS = frozenset(_YAML + t for t in ("str", "int", "float", "bool", "null", "seq", "map",
