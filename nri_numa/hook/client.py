@@ -34,6 +34,7 @@ from nri_numa.hook import deadline
 SOCKET_NAME = "hook.sock"
 DEFAULT_STATE_DIR = "/run/nri-numa"  # as nri_numa.hook.entry.DEFAULT_STATE_DIR
 DEFAULT_TIMEOUT_S = 4.0  # as nri_numa.hook.entry.DEFAULT_TIMEOUT_S
+MAX_TIMEOUT_S = 86400.0  # as nri_numa.hook.entry.MAX_TIMEOUT_S
 MAX_LINE = 64 << 20  # an OCI spec is a few KiB; this only stops a runaway peer
 STAGES = ("createRuntime", "prestart", "poststop", "precreate")
 # The hook's options with a value (nri_numa.cli.hook.add_parser), as the daemon's request keys.
@@ -130,7 +131,9 @@ def hook_timeout(options: dict[str, Any]) -> float | None:
         timeout = float(options.get("timeout", DEFAULT_TIMEOUT_S))
     except ValueError:
         return None
-    return timeout if timeout > 0 else None
+    # Past a day (nri_numa.hook.entry.MAX_TIMEOUT_S) the timer overflows: argparse's path
+    # refuses it in one line.
+    return timeout if 0 < timeout <= MAX_TIMEOUT_S else None
 
 
 @contextmanager

@@ -156,6 +156,7 @@ def test_the_client_knows_every_hook_option_and_default():
 
     assert Path(client.DEFAULT_STATE_DIR) == entry.DEFAULT_STATE_DIR
     assert client.DEFAULT_TIMEOUT_S == entry.DEFAULT_TIMEOUT_S
+    assert client.MAX_TIMEOUT_S == entry.MAX_TIMEOUT_S
     hook_parser = build_parser()._subparsers._group_actions[0].choices["hook"]
     takes_value = {s for a in hook_parser._actions if a.option_strings and a.nargs is None
                    and a.dest != "help" for s in a.option_strings}
@@ -178,3 +179,14 @@ def test_time_spent_waiting_for_the_daemon_counts_against_the_timeout(tmp_path):
     reply = answer(line, DaemonOptions(state_dir=tmp_path), machine=None)
     assert reply["exit"] == 1
     assert reply["stderr"] == "nri-numa hook poststop: gave up after 1 s (--timeout)\n"
+
+
+def test_a_timeout_past_a_day_is_left_to_argparse_which_refuses_it_in_one_line(capsys):
+    # Was: OverflowError from the deadline guard's timer, a traceback.
+    from nri_numa.cli import main
+
+    assert client.hook_timeout({"timeout": "1e300"}) is None
+    assert client.hook_timeout({"timeout": "86400"}) == 86400.0
+    assert main(["hook", "createRuntime", "--timeout", "1e300", "--state-dir", "/nonexistent"]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "timeout must be positive and at most 86400 s" in err, err
