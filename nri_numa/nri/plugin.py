@@ -124,7 +124,7 @@ class NumaPlugin:
             record = self._records.containers.get(req.container.id)
             if record is None:
                 return api.UpdateContainerResponse()
-            cpus = record.cpus if record.exclusive else self._records.shared
+            cpus = self._records.cpus_of(record)
         # The runtime merges this into the update it is applying: our cpuset stays.
         return api.UpdateContainerResponse(update=[translate.cpuset_update(
             record.id, cpus, record.mems, ignore_failure=False)])
@@ -161,7 +161,7 @@ class NumaPlugin:
             record = self._records.containers.get(container.id)
             if record is None or record.id in updated:
                 continue
-            cpus = record.cpus if record.exclusive else self._records.shared
+            cpus = self._records.cpus_of(record)
             if self._starts.cgroup_differs(container.linux.cgroups_path, Cpuset(cpus, record.mems)):
                 self._metrics.repaired()
                 decision_log.repaired(self._records.pods.get(record.sandbox_id), record, cpus,
@@ -177,7 +177,7 @@ class NumaPlugin:
             if record is None:
                 self._starts.forget([container.id])
                 return
-            cpus = record.cpus if record.exclusive else self._records.shared
+            cpus = self._records.cpus_of(record)
             why = self._starts.missed(container.id, container.linux.cgroups_path,
                                       Cpuset(cpus, record.mems))
             if why is None:

@@ -44,6 +44,10 @@ class Records:
     def shared(self) -> frozenset[int]:
         return self.ledger.allocations.shared
 
+    def cpus_of(self, record: ContainerRecord) -> frozenset[int]:
+        """The CPUs a managed container should run on now: its own, or the shared pool."""
+        return record.cpus if record.exclusive else self.shared
+
     def snapshot(self) -> Snapshot:
         return Snapshot(self.ledger.allocations, dict(self.pods), dict(self.containers))
 

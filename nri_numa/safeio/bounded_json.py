@@ -16,8 +16,9 @@ import json
 from itertools import accumulate
 from typing import Any
 
-MAX_DEPTH = 64  # a checkpoint nests about 10 deep, a topology about 6
-MAX_DIGITS = 40  # ids, sizes in bytes and timestamps have at most 20
+# The bounds every document has (a checkpoint nests about 10 deep, a topology about 6).
+from nri_numa.safeio.bounds import MAX_DEPTH, MAX_DIGITS
+
 
 _DIGITS_AS_ZEROS = bytes(ord("0") if chr(b) in "0123456789" else ord(" ") for b in range(256))
 _LONG_NUMBER = b"0" * (MAX_DIGITS + 1)

@@ -23,8 +23,8 @@ from tests.integration.hook.test_hook_processes import CONFIG, CPUS_EACH, TOPOLO
 REPO = Path(__file__).resolve().parents[3]
 
 
-@pytest.fixture
-def setup(tmp_path):
+def daemon_setup(tmp_path: Path) -> tuple[FakeHost, Path, list[str], list[str]]:
+    """A fake host, the state folder, the options daemon and hooks share, and the hook's."""
     host = FakeHost(tmp_path / "host", 1, TOPOLOGY.online_cpus)
     config = tmp_path / "config.json"
     config.write_text(json.dumps(CONFIG))
@@ -33,6 +33,11 @@ def setup(tmp_path):
               "--topology", str(topology_file(tmp_path, TOPOLOGY))]
     args = [*served, "--cgroup-root", str(host.cgroup_root), "--proc-root", str(host.proc)]
     return host, state, served, args
+
+
+@pytest.fixture
+def setup(tmp_path):
+    return daemon_setup(tmp_path)
 
 
 def start_daemon(served: list[str], state: Path) -> subprocess.Popen:

@@ -20,22 +20,16 @@ import pytest
 
 from nri_numa.hook.client import SOCKET_NAME
 from nri_numa.hook.entry import LOG_NAME
-from tests.integration.hook.fake_host import FakeHost, oci_state, topology_file
-from tests.integration.hook.test_hook_daemon import create, exclusive_cpus
-from tests.integration.hook.test_hook_processes import CONFIG, TOPOLOGY, hook
+from tests.integration.hook.fake_host import FakeHost, oci_state
+from tests.integration.hook.test_hook_daemon import create, daemon_setup, exclusive_cpus
+from tests.integration.hook.test_hook_processes import CONFIG, hook
 
 REPO = Path(__file__).resolve().parents[3]
 
 
 @pytest.fixture
 def setup(tmp_path) -> Iterator[tuple[FakeHost, Path, list[str], list[str]]]:
-    host = FakeHost(tmp_path / "host", 1, TOPOLOGY.online_cpus)
-    config = tmp_path / "config.json"
-    config.write_text(json.dumps(CONFIG))
-    state = tmp_path / "state"
-    served = ["--state-dir", str(state), "--config", str(config),
-              "--topology", str(topology_file(tmp_path, TOPOLOGY))]
-    args = [*served, "--cgroup-root", str(host.cgroup_root), "--proc-root", str(host.proc)]
+    host, state, served, args = daemon_setup(tmp_path)
     yield host, state, served, args
     stop_daemons(state)
 
