@@ -31,6 +31,10 @@ DEVICE_INJECTIONS = ("nodes", "cdi", "auto")
 DEFAULT_DEVICE_INJECTION = "auto"
 DEFAULT_CDI_SPEC_DIRS = ("/etc/cdi", "/var/run/cdi")
 METRICS_OFF = ("", "off")
+# The NodeResourceTopology export (docs/kubernetes.md): "auto" exports when a kubeconfig is given
+# or the agent runs in a pod with a service account.
+NRT_EXPORTS = ("auto", "on", "off")
+DEFAULT_NRT_RESYNC_S = 60.0
 LOG_FORMATS = ("text", "json")
 LOG_LEVELS = ("debug", "info", "warning", "error")
 MAX_PATH = 4096  # bytes: Linux's PATH_MAX; no system call takes a longer path
@@ -72,6 +76,10 @@ class AgentSettings:
     dev_root: Path = Path(DEFAULT_DEV_ROOT)  # the host's device nodes
     device_injection: str = DEFAULT_DEVICE_INJECTION
     cdi_spec_dirs: tuple[Path, ...] = tuple(Path(d) for d in DEFAULT_CDI_SPEC_DIRS)
+    kubeconfig: Path | None = None  # None: the in-cluster service account, if any
+    node_name: str = ""  # "": $NODE_NAME, else this host's name
+    nrt_export: str = "auto"
+    nrt_resync_period: float = DEFAULT_NRT_RESYNC_S  # seconds between checks of the object
     given: frozenset[str] = frozenset()  # the fields the file or the flags set
 
 
@@ -156,6 +164,27 @@ def parse_metrics_address(raw: Any) -> MetricsAddress | None:
     return MetricsAddress(host, int(port))
 
 
+def _node_name(raw: Any) -> str:
+    import re
+
+    text = _text(raw, "a Kubernetes node name")
+    # A DNS subdomain (RFC 1123), as the API server checks a Node's name; "" is the default.
+    label = r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?"
+    if text and (len(text) > 253 or not re.fullmatch(rf"{label}(\.{label})*", text)):
+        raise _Bad(f"{quote(text)} is not a node name: lowercase letters, digits, '-' and '.'")
+    return text
+
+
+def _seconds(raw: Any) -> float:
+    try:
+        value = float(raw) if isinstance(raw, int | float | str) and not isinstance(raw, bool) else None
+    except ValueError:
+        value = None
+    if value is None or not 1.0 <= value <= 86400.0:
+        raise _Bad(f"{quote(raw)} is not a number of seconds from 1 to 86400")
+    return value
+
+
 def _choice(allowed: tuple[str, ...]) -> Callable[[Any], str]:
     def read(raw: Any) -> str:
         if not isinstance(raw, str) or raw.lower() not in allowed:
@@ -188,6 +217,10 @@ KEYS = (
     _Key("deviceInjection", "--device-injection", "device_injection",
          _choice(DEVICE_INJECTIONS)),
     _Key("cdiSpecDirs", "--cdi-spec-dirs", "cdi_spec_dirs", _paths),
+    _Key("kubeconfig", "--kubeconfig", "kubeconfig", _optional_path),
+    _Key("nodeName", "--node-name", "node_name", _node_name),
+    _Key("nrtExport", "--nrt-export", "nrt_export", _choice(NRT_EXPORTS)),
+    _Key("nrtResyncPeriod", "--nrt-resync-period", "nrt_resync_period", _seconds),
 )
 _BY_NAME = {k.name: k for k in KEYS}
 _BY_FIELD = {k.field: k for k in KEYS}

@@ -57,6 +57,19 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--log-level", choices=("debug", "info", "warning", "error"),
                    help="(default info)")
     p.add_argument("--log-file", metavar="FILE", help="log here instead of standard error")
+    k8s = p.add_argument_group("Kubernetes (docs/kubernetes.md)")
+    k8s.add_argument("--kubeconfig", metavar="FILE",
+                     help="keep this node's NodeResourceTopology object in the cluster this "
+                          "kubeconfig names (default: the pod's service account, when the agent "
+                          "runs in a pod)")
+    k8s.add_argument("--node-name", metavar="NAME",
+                     help="the Node this agent runs on (default $NODE_NAME, else the host name)")
+    k8s.add_argument("--nrt-export", choices=("auto", "on", "off"),
+                     help="export NodeResourceTopology: auto does when a kubeconfig or a service "
+                          "account is there (default auto)")
+    k8s.add_argument("--nrt-resync-period", metavar="SECONDS",
+                     help="how often the object is read back and mended when someone else "
+                          "changed it (default 60)")
     p.set_defaults(func=cmd_run)
 
 
@@ -109,7 +122,9 @@ def _run_settings(args: argparse.Namespace, config_file: Path | None) -> AgentSe
              "log_format": args.log_format, "log_level": args.log_level,
              "log_file": args.log_file, "pod_resources_socket": args.pod_resources_socket,
              "dev_root": args.dev_root, "device_injection": args.device_injection,
-             "cdi_spec_dirs": args.cdi_spec_dirs}
+             "cdi_spec_dirs": args.cdi_spec_dirs, "kubeconfig": args.kubeconfig,
+             "node_name": args.node_name, "nrt_export": args.nrt_export,
+             "nrt_resync_period": args.nrt_resync_period}
     try:
         return resolve(section, str(config_file), flags)
     except SettingsError as e:

@@ -23,9 +23,11 @@ import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from nri_numa.agent.inputs import InputFileError, read_config_file, read_topology_file
-from nri_numa.agent.metrics import NO_METRICS, MetricsError, MetricsServer, PluginMetrics
+from nri_numa.agent.metrics import (NO_METRICS, MetricsError, MetricsServer, NoMetrics,
+                                    PluginMetrics)
 from nri_numa.agent.signals import StopSignals, Stopped
 from nri_numa.agent.settings import (DEFAULT_CDI_SPEC_DIRS, DEFAULT_DEV_ROOT,
                                      DEFAULT_DEVICE_INJECTION, DEFAULT_INDEX, DEFAULT_NAME,
@@ -42,6 +44,10 @@ from nri_numa.runtime import DeviceGranter, DeviceLocator
 from nri_numa.runtime.cdi import CdiRegistry
 from nri_numa.state.checkpoint import CheckpointError, CheckpointStore, machine_fingerprint
 from nri_numa.topology.model import Topology
+
+if TYPE_CHECKING:
+    from nri_numa.cluster.feed import ClusterFeed
+    from nri_numa.cluster.start import ExportPlan
 
 log = logging.getLogger(__name__)
 
@@ -75,6 +81,11 @@ class DaemonOptions:
     metrics_address: MetricsAddress | None = None
     # True when nobody asked for that address: a port in use then only costs the metrics.
     metrics_optional: bool = False
+    # The NodeResourceTopology export (nri_numa.cluster): auto, on or off.
+    nrt_export: str = "off"
+    kubeconfig: Path | None = None
+    node_name: str = ""
+    nrt_resync_period: float = 60.0
 
     @classmethod
     def from_settings(cls, settings: AgentSettings, config_file: Path | None) -> DaemonOptions:
@@ -85,7 +96,10 @@ class DaemonOptions:
                    dev_root=settings.dev_root, device_injection=settings.device_injection,
                    cdi_spec_dirs=settings.cdi_spec_dirs,
                    metrics_address=settings.metrics_address,
-                   metrics_optional="metrics_address" not in settings.given)
+                   metrics_optional="metrics_address" not in settings.given,
+                   nrt_export=settings.nrt_export, kubeconfig=settings.kubeconfig,
+                   node_name=settings.node_name,
+                   nrt_resync_period=settings.nrt_resync_period)
 
 
 def backoff_delays(first: float = BACKOFF_FIRST, cap: float = BACKOFF_CAP,
@@ -269,6 +283,8 @@ def _run(options: DaemonOptions, environ: dict[str, str], signals: StopSignals) 
         raise DaemonError(str(e)) from None
     sender: UpdateSender | None = None
     server: MetricsServer | None = None
+    feed: ClusterFeed | None = None
+    plan = _export_plan(options, environ)
     try:  # from here on a stop (Stopped included) releases the lock
         sender = UpdateSender()
         # The scrape reads the plugin made just below; the server starts only once it exists.
@@ -282,19 +298,50 @@ def _run(options: DaemonOptions, environ: dict[str, str], signals: StopSignals) 
                                 locator=DeviceLocator(topology, cdi=cdi),
                                 granter=DeviceGranter(topology, options.dev_root, cdi=cdi,
                                                       injection=options.device_injection),
-                                cgroup_root=CGROUP_ROOT)
+                                cgroup_root=CGROUP_ROOT,
+                                on_change=lambda: feed.changed() if feed is not None else None)
         except (ConfigError, CheckpointError) as e:
             raise DaemonError(str(e)) from None
+        if plan is not None:
+            feed = _start_export(plan, plugin, metrics)
         if isinstance(metrics, PluginMetrics) and options.metrics_address is not None:
             server = _serve_metrics(metrics, options.metrics_address, options.metrics_optional)
         _serve_until_signalled(Daemon(plugin, sender, options), options, environ, signals)
     finally:
         if server is not None:
             server.stop()
+        if feed is not None:
+            feed.stop()
         if sender is not None:
             sender.stop()
         store.unlock()
     log.info("nri-numa stopped")
+
+
+def _export_plan(options: DaemonOptions, environ: dict[str, str]) -> ExportPlan | None:
+    from nri_numa.cluster.start import ExportSetupError, export_plan
+
+    try:
+        return export_plan(options.nrt_export, options.kubeconfig, options.node_name,
+                           options.nrt_resync_period, environ)
+    except ExportSetupError as e:
+        raise DaemonError(str(e)) from None
+
+
+def _start_export(plan: ExportPlan, plugin: NumaPlugin,
+                  metrics: PluginMetrics | NoMetrics) -> ClusterFeed:
+    """The export process, fed from the plugin's committed ledger (nri_numa.cluster.feed)."""
+    from nri_numa.cluster.feed import ClusterFeed, ExportCollector, export_command
+    from nri_numa.cluster.start import nrt_snapshot
+
+    feed = ClusterFeed(nrt_snapshot(plugin.committed, plan.node_name),
+                       export_command(plan.kubeconfig, plan.resync_s))
+    if isinstance(metrics, PluginMetrics):
+        metrics.registry.register(ExportCollector(feed))
+    feed.start()
+    log.info("exporting NodeResourceTopology %s (%s)", plan.node_name,
+             plan.kubeconfig or "the pod's service account")
+    return feed
 
 
 def _serve_metrics(metrics: PluginMetrics, address: MetricsAddress,

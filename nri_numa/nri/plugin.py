@@ -15,12 +15,13 @@ persistence.py (the checkpoint and the transaction), decision_log.py (the decisi
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Sequence
-from contextlib import AbstractContextManager, nullcontext
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 
 from nri_numa.agent.inputs import InputFileError, NotYamlError, config_document
 from nri_numa.agent.metrics import NO_METRICS, NoMetrics, PluginMetrics
+from nri_numa.engine.allocations import Allocations
 from nri_numa.engine.config import ConfigError, EngineConfig
 from nri_numa.engine.context import EngineContext
 from nri_numa.engine.decision import Placement
@@ -58,6 +59,7 @@ class NumaPlugin:
                  granter: DeviceGranter | None = None,
                  metrics: PluginMetrics | NoMetrics = NO_METRICS,
                  cgroup_root: Path | None = None,
+                 on_change: Callable[[], None] | None = None,
                  ) -> None:
         self._topology = topology
         self._granter = granter or DeviceGranter(topology)  # devices → nodes, rules, env
@@ -66,6 +68,8 @@ class NumaPlugin:
         # A Synchronize's adoptions share one kubelet answer (KubeletDeviceHints.one_list).
         self._one_kubelet_answer = getattr(kubelet_hints, "one_list", nullcontext)
         self._send_updates = send_updates or (lambda updates: None)
+        # Told after every committed change (the NodeResourceTopology export); must not block.
+        self._on_change = on_change or (lambda: None)
         self._metrics = metrics
         self._starts = StartCheck(cgroup_root)  # None: compare with the creation only
         self._lock = threading.Lock()
@@ -82,6 +86,12 @@ class NumaPlugin:
     @property
     def containers(self) -> dict[str, ContainerRecord]:
         return dict(self._records.containers)
+
+    def committed(self) -> tuple[EngineContext, Allocations]:
+        """The ledger's context and allocations as last committed, never mid-transaction."""
+        with self._lock:
+            ledger = self._records.ledger
+            return ledger.ctx, ledger.allocations
 
     # --- handlers --------------------------------------------------------------------------
 
@@ -256,6 +266,7 @@ class NumaPlugin:
             self._state_file.save(self._records)
         except CheckpointError as e:
             log.error("state not saved after a release (kept in memory): %s", e)
+        self._on_change()
         return updates
 
     # --- configuration and persistence ------------------------------------------------------
@@ -282,11 +293,15 @@ class NumaPlugin:
             records.ledger = Ledger(ctx)
             records.pods.clear()
         self._state_file.configured(ctx)
+        self._on_change()
         log.info("configuration from the runtime: topology policy %s, CPU manager %s",
                  config.topology_manager_policy, config.cpu_manager_policy)
 
-    def _transaction(self) -> AbstractContextManager[None]:
-        return self._state_file.transaction(self._records)
+    @contextmanager
+    def _transaction(self) -> Iterator[None]:
+        with self._state_file.transaction(self._records):
+            yield
+        self._on_change()
 
 
 def _config_from_text(text: str) -> EngineConfig:

@@ -33,13 +33,15 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+import yaml
+
 from tests.e2e.harness.cgroups import detect_layout, remove_cgroups
 from tests.e2e.harness.containerd import ContainerdDaemon, _unmount_under
 from tests.e2e.harness.cri import CriClient
 from tests.e2e.harness.image import IMAGE_REF, build_image, import_image
 from tests.e2e.harness.runtimes import (REPO, ContainerdBinaries, RuntimesUnavailable,
                                         ensure_runtimes, find_runtimes)
-from tests.e2e_k8s.kube import Kube, wait_for
+from tests.e2e_k8s.kube import ApiError, Kube, wait_for
 
 K8S_VERSION = "v1.20.2"
 CACHE = Path(os.environ.get("NRI_NUMA_K8S_CACHE", f"/var/cache/nri-numa/k8s-{K8S_VERSION}"))
@@ -58,6 +60,9 @@ KUBELET_SYSCTLS = ("vm/overcommit_memory", "vm/panic_on_oom", "kernel/panic", "k
 IP_FORWARD = "net/ipv4/ip_forward"  # the CNI bridge plugin may turn it on
 NETNS_DIR = Path("/var/run/netns")
 OWNER_FILE = Path("/run/nri-numa-k8s-lab")
+NRT_CRD = REPO / "packaging" / "kubernetes" / "noderesourcetopology-crd.yaml"
+NRT_CRD_NAME = "noderesourcetopologies.topology.node.k8s.io"
+NRT_RESYNC_S = 5  # the agent reads its NodeResourceTopology back this often and mends it
 AGENT_CONFIG = {"cpuManagerPolicy": "static", "reservedSystemCPUs": "0",
                 "topologyManagerPolicy": "single-numa-node"}
 MAX_SOCKET_PATH = 100  # unix socket paths are limited to 108 bytes
@@ -120,6 +125,15 @@ def ensure_binaries(progress: Progress) -> K8sBinaries:
     return find_binaries()
 
 
+def _established(kube: Kube, crd: str) -> bool:
+    try:
+        found = kube.get(f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{crd}")
+    except ApiError:
+        return False
+    return any(c.get("type") == "Established" and c.get("status") == "True"
+               for c in found.get("status", {}).get("conditions", []))
+
+
 def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
         probe.bind(("127.0.0.1", 0))
@@ -175,6 +189,7 @@ class Lab:
         if self.state_file.is_file():
             self.recorded = Recorded(**json.loads(self.state_file.read_text()))
         self._children: dict[str, subprocess.Popen[bytes]] = {}
+        self._argv: dict[str, list[str]] = {}  # how each process was started, for restart()
         self._containerd: ContainerdDaemon | None = None
 
     # --- where things are -----------------------------------------------------------------
@@ -320,7 +335,11 @@ class Lab:
             # kubectl logs/exec: the apiserver dials the kubelet by the node's name, localhost.
             "--kubelet-preferred-address-types=Hostname,InternalIP", "--profiling=false"])
         self._wait(kube.readyz, APISERVER_READY_S, "kube-apiserver to answer /readyz ok", "kube-apiserver")
-        step("kube-apiserver ready; starting kube-controller-manager and kube-scheduler")
+        step("kube-apiserver ready; the NodeResourceTopology CRD applied; starting "
+             "kube-controller-manager and kube-scheduler")
+        kube.apply(yaml.safe_load_all(NRT_CRD.read_text()))
+        self._wait(lambda: _established(kube, NRT_CRD_NAME), 30.0,
+                   "the NodeResourceTopology CRD to be Established", "kube-apiserver")
         self._start("kube-controller-manager", [
             str(binaries["kube-controller-manager"]), f"--kubeconfig={self.kubeconfig}",
             "--leader-elect=false", "--port=0", "--secure-port=0",
@@ -361,7 +380,17 @@ class Lab:
             "    namespace: default\ncurrent-context: nri-numa-lab\n")
         self.kubeconfig.chmod(0o600)
 
+    def stop(self, name: str, sig: int = signal.SIGTERM, timeout_s: float = 30.0) -> None:
+        """Stop one of the lab's processes (a test's outage); ``restart`` starts it again."""
+        child = self._children[name]
+        child.send_signal(sig)
+        child.wait(timeout=timeout_s)
+
+    def restart(self, name: str) -> None:
+        self._start(name, self._argv[name])
+
     def _start(self, name: str, argv: list[str], env: dict[str, str] | None = None) -> None:
+        self._argv[name] = argv
         with (self.logs / f"{name}.log").open("ab") as log:
             log.write(f"=== k8s-lab: {' '.join(argv)} ===\n".encode())
             log.flush()
@@ -419,7 +448,8 @@ class Lab:
             str(AGENT), "run", "--nri-socket", str(self.nri_socket), "--config", str(config),
             "--state-dir", str(folder / "state"), "--pod-resources-socket", str(self.pod_resources_socket),
             "--metrics-address", f"127.0.0.1:{self.recorded.ports['metrics']}",
-            "--log-file", str(self.agent_log)])
+            "--log-file", str(self.agent_log), "--kubeconfig", str(self.kubeconfig),
+            "--node-name", NODE_NAME, "--nrt-resync-period", str(NRT_RESYNC_S)])
 
     def _agent_connected(self) -> bool:
         log = self.logs / "containerd.log"

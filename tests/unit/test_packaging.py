@@ -43,12 +43,16 @@ def the_container() -> dict:
 
 
 def test_every_object_has_what_the_api_server_requires():
-    expected = {"ServiceAccount": "v1", "ConfigMap": "v1", "DaemonSet": "apps/v1"}
+    expected = {"ServiceAccount": "v1", "ConfigMap": "v1", "DaemonSet": "apps/v1",
+                "ClusterRole": "rbac.authorization.k8s.io/v1",
+                "ClusterRoleBinding": "rbac.authorization.k8s.io/v1"}
     docs = documents()
     assert {k: d["apiVersion"] for k, d in docs.items()} == expected
     for doc in docs.values():
         meta = doc["metadata"]
-        assert DNS_LABEL.fullmatch(meta["name"]) and meta["namespace"] == "kube-system"
+        cluster_wide = doc["kind"].startswith("Cluster")
+        assert DNS_LABEL.fullmatch(meta["name"])
+        assert ("namespace" not in meta) if cluster_wide else meta["namespace"] == "kube-system"
 
 
 def test_the_daemonset_selects_its_own_pods():
@@ -58,13 +62,24 @@ def test_the_daemonset_selects_its_own_pods():
     assert spec["updateStrategy"]["type"] in ("RollingUpdate", "OnDelete")
 
 
-def test_the_pod_is_node_critical_and_needs_no_api_access():
+def test_the_pod_is_node_critical_and_its_account_may_do_what_the_export_does_and_no_more():
     spec, docs = pod_spec(), documents()
     assert spec["priorityClassName"] == "system-node-critical"
-    assert spec["serviceAccountName"] == docs["ServiceAccount"]["metadata"]["name"]
-    assert spec["automountServiceAccountToken"] is False
-    assert docs["ServiceAccount"]["automountServiceAccountToken"] is False
-    assert not {"Role", "ClusterRole", "RoleBinding", "ClusterRoleBinding"} & set(docs)
+    account = docs["ServiceAccount"]["metadata"]
+    assert spec["serviceAccountName"] == account["name"]
+    binding = docs["ClusterRoleBinding"]
+    assert binding["roleRef"]["name"] == docs["ClusterRole"]["metadata"]["name"]
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": account["name"],
+                                    "namespace": account["namespace"]}]
+    granted = {(group, resource, verb) for rule in docs["ClusterRole"]["rules"]
+               for group in rule["apiGroups"] for resource in rule["resources"]
+               for verb in rule["verbs"]}
+    # The export process's calls (nri_numa/cluster): nothing lists, watches or deletes.
+    assert ("topology.node.k8s.io", "noderesourcetopologies", "update") in granted
+    assert ("", "nodes", "get") in granted and ("", "pods/eviction", "create") in granted
+    assert not {verb for _, _, verb in granted} & {"list", "watch", "delete", "*"}
+    [node_name] = [e for e in the_container()["env"] if e["name"] == "NODE_NAME"]
+    assert node_name["valueFrom"]["fieldRef"]["fieldPath"] == "spec.nodeName"
 
 
 def test_every_mount_names_a_volume_and_the_host_paths_are_the_ones_nri_numa_uses():

@@ -1,0 +1,1 @@
+"""The Kubernetes side of the agent: the NodeResourceTopology export (docs/kubernetes.md)."""

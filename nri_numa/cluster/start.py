@@ -1,0 +1,57 @@
+"""Whether and how ``nri-numa run`` exports its NodeResourceTopology (docs/kubernetes.md)."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import socket
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+SERVICE_ACCOUNT_TOKEN = Path("/var/run/secrets/kubernetes.io/serviceaccount/token")
+
+
+class ExportSetupError(ValueError):
+    """The export was asked for and cannot run; the text says what to fix."""
+
+
+@dataclass(frozen=True)
+class ExportPlan:
+    kubeconfig: str | None  # None: the pod's service account
+    node_name: str
+    resync_s: float
+
+
+def export_plan(mode: str, kubeconfig: Path | None, node_name: str, resync_s: float,
+                environ: Mapping[str, str], token: Path = SERVICE_ACCOUNT_TOKEN,
+                ) -> ExportPlan | None:
+    """None when there is nothing to export to (mode off, or auto with neither a kubeconfig nor
+    a service account); ExportSetupError when the export is asked for and cannot run."""
+    if mode == "off":
+        return None
+    in_cluster = bool(environ.get("KUBERNETES_SERVICE_HOST")) and token.is_file()
+    if kubeconfig is None and not in_cluster:
+        if mode == "on":
+            raise ExportSetupError("nrtExport is on, but there is no --kubeconfig and no service "
+                                   f"account ({token} with KUBERNETES_SERVICE_HOST set)")
+        return None
+    if kubeconfig is not None and not kubeconfig.is_file():
+        raise ExportSetupError(f"--kubeconfig {kubeconfig}: no such file")
+    if importlib.util.find_spec("kubernetes") is None:
+        raise ExportSetupError("the NodeResourceTopology export needs the kubernetes client: "
+                               "pip install 'nri-numa[cluster]' (or --nrt-export off)")
+    name = node_name or environ.get("NODE_NAME", "") or socket.gethostname().lower()
+    return ExportPlan(str(kubeconfig) if kubeconfig else None, name, resync_s)
+
+
+def nrt_snapshot(committed: Callable[[], tuple[Any, Any]],
+                 node_name: str) -> Callable[[], dict[str, Any]]:
+    """What the feed sends: the object for the ledger's committed state."""
+    from nri_numa.cluster.nrt import node_resource_topology
+
+    def snapshot() -> dict[str, Any]:
+        ctx, allocations = committed()
+        return node_resource_topology(ctx, allocations, node_name)
+    return snapshot

@@ -1,0 +1,117 @@
+"""The agent's side of the export with a real child process on a real pipe: a burst becomes one
+object, the child's reports become the status and log lines, a child that dies is started again
+and gets the latest object, and stopping the agent ends the child."""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from nri_numa.cluster import feed as feed_module
+from nri_numa.cluster.feed import ClusterFeed
+
+# Stands in for the export process: records each message, answers each object with a status.
+RECORDER = r"""
+import json, sys
+out = open(sys.argv[1], "a")
+print(json.dumps({"kind": "log", "level": "warning", "message": "recorder started"}), flush=True)
+for line in sys.stdin:
+    out.write(line); out.flush()
+    message = json.loads(line)
+    if message["kind"] == "nrt":
+        print(json.dumps({"kind": "status", "state": "synced", "message": "updated",
+                          "writes": message["object"]["n"], "errors": 0, "last_success": 1.5}),
+              flush=True)
+"""
+
+
+def wait_until(condition, timeout_s: float = 10.0):
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if found := condition():
+            return found
+        time.sleep(0.02)
+    raise AssertionError(f"not within {timeout_s} s")
+
+
+def received(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+@pytest.fixture
+def recorder(tmp_path: Path) -> tuple[list[str], Path]:
+    script = tmp_path / "recorder.py"
+    script.write_text(RECORDER)
+    return [sys.executable, str(script), str(tmp_path / "received.jsonl")], tmp_path / "received.jsonl"
+
+
+def test_a_burst_of_changes_is_one_object_and_the_status_comes_back(recorder, caplog):
+    command, path = recorder
+    count = {"n": 0}
+    feed = ClusterFeed(lambda: {"n": count["n"]}, command, batch_s=0.2)
+    caplog.set_level(logging.INFO, logger="nri_numa.cluster")
+    feed.start()
+    try:
+        wait_until(lambda: received(path))  # the first object goes at start
+        for _ in range(200):
+            count["n"] += 1
+            feed.changed()
+        wait_until(lambda: received(path)[-1]["object"]["n"] == 200)
+        objects = [m for m in received(path) if m["kind"] == "nrt"]
+        assert len(objects) <= 3, objects  # the start, then the burst in one or two batches
+        wait_until(lambda: feed.status.writes == 200)
+        assert feed.status.state == "synced" and feed.status.last_success == 1.5
+        assert "recorder started" in caplog.text
+    finally:
+        feed.stop()
+    assert feed.status.state == "stopped"
+
+
+def test_other_messages_go_in_order_before_the_object(recorder):
+    command, path = recorder
+    feed = ClusterFeed(lambda: {"n": 1}, command, batch_s=0.05)
+    feed.start()
+    try:
+        wait_until(lambda: received(path))
+        for pod in ("a", "b", "c"):
+            feed.send({"kind": "refusal", "pod": pod})
+        feed.changed()
+        wait_until(lambda: len(received(path)) >= 5)
+        kinds = [(m["kind"], m.get("pod")) for m in received(path)[1:5]]
+        assert kinds == [("refusal", "a"), ("refusal", "b"), ("refusal", "c"), ("nrt", None)]
+    finally:
+        feed.stop()
+
+
+def test_a_child_that_dies_is_started_again_and_gets_the_latest_object(recorder, monkeypatch):
+    monkeypatch.setattr(feed_module, "RESTART_FIRST_S", 0.1)
+    command, path = recorder
+    count = {"n": 1}
+    feed = ClusterFeed(lambda: {"n": count["n"]}, command, batch_s=0.05)
+    feed.start()
+    try:
+        wait_until(lambda: received(path))
+        first = feed._process
+        first.kill()
+        first.wait()
+        count["n"] = 2
+        wait_until(lambda: feed._process is not first and feed._running())
+        wait_until(lambda: [m for m in received(path) if m["kind"] == "nrt"][-1]["object"]["n"] == 2)
+        assert feed.restarts == 1
+    finally:
+        feed.stop()
+
+
+def test_stopping_ends_the_child_through_its_input(recorder):
+    command, path = recorder
+    feed = ClusterFeed(lambda: {"n": 1}, command, batch_s=0.05)
+    feed.start()
+    wait_until(lambda: received(path))
+    process = feed._process
+    feed.stop()
+    assert process.poll() == 0  # it read to the end of its input and exited by itself
