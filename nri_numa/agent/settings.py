@@ -80,6 +80,11 @@ class AgentSettings:
     node_name: str = ""  # "": $NODE_NAME, else this host's name
     nrt_export: str = "auto"
     nrt_resync_period: float = DEFAULT_NRT_RESYNC_S  # seconds between checks of the object
+    # Refused pods owned by a controller are evicted after this many refusals, no sooner than
+    # this many seconds after the first (docs/kubernetes.md, "Refusals").
+    evict_refused_pods: bool = True
+    evict_after_refusals: int = 3
+    eviction_delay: float = 30.0
     given: frozenset[str] = frozenset()  # the fields the file or the flags set
 
 
@@ -175,14 +180,33 @@ def _node_name(raw: Any) -> str:
     return text
 
 
-def _seconds(raw: Any) -> float:
-    try:
-        value = float(raw) if isinstance(raw, int | float | str) and not isinstance(raw, bool) else None
-    except ValueError:
-        value = None
-    if value is None or not 1.0 <= value <= 86400.0:
-        raise _Bad(f"{quote(raw)} is not a number of seconds from 1 to 86400")
-    return value
+def _seconds_from(least: float) -> Callable[[Any], float]:
+    def read(raw: Any) -> float:
+        try:
+            value = (float(raw) if isinstance(raw, int | float | str) and not isinstance(raw, bool)
+                     else None)
+        except ValueError:
+            value = None
+        if value is None or not least <= value <= 86400.0:
+            raise _Bad(f"{quote(raw)} is not a number of seconds from {least:g} to 86400")
+        return value
+    return read
+
+
+def _count(raw: Any) -> int:
+    if isinstance(raw, str) and raw.isascii() and raw.isdigit():
+        raw = int(raw)
+    if not isinstance(raw, int) or isinstance(raw, bool) or not 1 <= raw <= 1000:
+        raise _Bad(f"{quote(raw)} is not a whole number from 1 to 1000")
+    return raw
+
+
+def _flag(raw: Any) -> bool:
+    if isinstance(raw, bool):
+        return raw
+    if isinstance(raw, str) and raw.lower() in ("true", "false"):
+        return raw.lower() == "true"
+    raise _Bad(f"{quote(raw)} is not true or false")
 
 
 def _choice(allowed: tuple[str, ...]) -> Callable[[Any], str]:
@@ -220,7 +244,10 @@ KEYS = (
     _Key("kubeconfig", "--kubeconfig", "kubeconfig", _optional_path),
     _Key("nodeName", "--node-name", "node_name", _node_name),
     _Key("nrtExport", "--nrt-export", "nrt_export", _choice(NRT_EXPORTS)),
-    _Key("nrtResyncPeriod", "--nrt-resync-period", "nrt_resync_period", _seconds),
+    _Key("nrtResyncPeriod", "--nrt-resync-period", "nrt_resync_period", _seconds_from(1.0)),
+    _Key("evictRefusedPods", "--evict-refused-pods", "evict_refused_pods", _flag),
+    _Key("evictAfterRefusals", "--evict-after-refusals", "evict_after_refusals", _count),
+    _Key("evictionDelay", "--eviction-delay", "eviction_delay", _seconds_from(0.0)),
 )
 _BY_NAME = {k.name: k for k in KEYS}
 _BY_FIELD = {k.field: k for k in KEYS}

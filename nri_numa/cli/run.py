@@ -70,6 +70,14 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     k8s.add_argument("--nrt-resync-period", metavar="SECONDS",
                      help="how often the object is read back and mended when someone else "
                           "changed it (default 60)")
+    k8s.add_argument("--evict-refused-pods", choices=("true", "false"),
+                     help="evict a refused pod that a controller owns, so that it is made again "
+                          "and can be scheduled elsewhere (default true; a bare pod is never "
+                          "deleted)")
+    k8s.add_argument("--evict-after-refusals", metavar="N",
+                     help="refusals of a pod before it is evicted (default 3)")
+    k8s.add_argument("--eviction-delay", metavar="SECONDS",
+                     help="no eviction sooner than this after a pod's first refusal (default 30)")
     p.set_defaults(func=cmd_run)
 
 
@@ -124,7 +132,10 @@ def _run_settings(args: argparse.Namespace, config_file: Path | None) -> AgentSe
              "dev_root": args.dev_root, "device_injection": args.device_injection,
              "cdi_spec_dirs": args.cdi_spec_dirs, "kubeconfig": args.kubeconfig,
              "node_name": args.node_name, "nrt_export": args.nrt_export,
-             "nrt_resync_period": args.nrt_resync_period}
+             "nrt_resync_period": args.nrt_resync_period,
+             "evict_refused_pods": args.evict_refused_pods,
+             "evict_after_refusals": args.evict_after_refusals,
+             "eviction_delay": args.eviction_delay}
     try:
         return resolve(section, str(config_file), flags)
     except SettingsError as e:

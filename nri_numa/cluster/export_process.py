@@ -10,6 +10,7 @@ to 4 s) until the server takes it, and every resync period, when it reads the ob
 mends what others changed.
 
     python -m nri_numa.cluster.export_process [--kubeconfig FILE] --resync SECONDS
+        --evict true|false --evict-after N --eviction-delay SECONDS
 """
 
 from __future__ import annotations
@@ -186,6 +187,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="nri-numa export process")
     parser.add_argument("--kubeconfig")
     parser.add_argument("--resync", type=float, default=60.0)
+    parser.add_argument("--evict", choices=("true", "false"), default="true")
+    parser.add_argument("--evict-after", type=int, default=3)
+    parser.add_argument("--eviction-delay", type=float, default=30.0)
     args = parser.parse_args(argv)
     out_lock = threading.Lock()
 
@@ -206,7 +210,11 @@ def main(argv: list[str] | None = None) -> int:
     inbox = Inbox()
     threading.Thread(target=read_messages, args=(sys.stdin.buffer, inbox, say),
                      name="agent-messages", daemon=True).start()
-    exporter = Exporter(KubernetesNrtApi(client), say, args.resync)
+    from nri_numa.cluster.refusals import EvictionPolicy, message_handlers
+
+    policy = EvictionPolicy(args.evict == "true", args.evict_after, args.eviction_delay)
+    exporter = Exporter(KubernetesNrtApi(client), say, args.resync,
+                        handlers=message_handlers(client, say, policy))
     say(exporter.status.to_message())
     exporter.serve(inbox)
     return 0

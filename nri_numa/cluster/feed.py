@@ -31,8 +31,11 @@ STOP_WAIT_S = 3.0
 _LEVELS = {"info": logging.INFO, "warning": logging.WARNING, "error": logging.ERROR}
 
 
-def export_command(kubeconfig: str | None, resync_s: float) -> list[str]:
-    argv = [sys.executable, "-m", "nri_numa.cluster.export_process", "--resync", str(resync_s)]
+def export_command(kubeconfig: str | None, resync_s: float, evict: bool, evict_after: int,
+                   eviction_delay_s: float) -> list[str]:
+    argv = [sys.executable, "-m", "nri_numa.cluster.export_process", "--resync", str(resync_s),
+            "--evict", "true" if evict else "false", "--evict-after", str(evict_after),
+            "--eviction-delay", str(eviction_delay_s)]
     return argv + (["--kubeconfig", kubeconfig] if kubeconfig else [])
 
 

@@ -22,11 +22,14 @@ class ExportPlan:
     kubeconfig: str | None  # None: the pod's service account
     node_name: str
     resync_s: float
+    evict: bool = True
+    evict_after: int = 3
+    eviction_delay_s: float = 30.0
 
 
 def export_plan(mode: str, kubeconfig: Path | None, node_name: str, resync_s: float,
                 environ: Mapping[str, str], token: Path = SERVICE_ACCOUNT_TOKEN,
-                ) -> ExportPlan | None:
+                evict: tuple[bool, int, float] = (True, 3, 30.0)) -> ExportPlan | None:
     """None when there is nothing to export to (mode off, or auto with neither a kubeconfig nor
     a service account); ExportSetupError when the export is asked for and cannot run."""
     if mode == "off":
@@ -43,7 +46,18 @@ def export_plan(mode: str, kubeconfig: Path | None, node_name: str, resync_s: fl
         raise ExportSetupError("the NodeResourceTopology export needs the kubernetes client: "
                                "pip install 'nri-numa[cluster]' (or --nrt-export off)")
     name = node_name or environ.get("NODE_NAME", "") or socket.gethostname().lower()
-    return ExportPlan(str(kubeconfig) if kubeconfig else None, name, resync_s)
+    return ExportPlan(str(kubeconfig) if kubeconfig else None, name, resync_s, *evict)
+
+
+def refusal_sender(send: Callable[[dict[str, Any]], None],
+                   node_name: str) -> Callable[[Any, str, str, str], None]:
+    """The plugin's ``on_refusal``: the refusal as a message for the export process."""
+    from nri_numa.cluster.refusals import refusal_message
+
+    def refused(pod: Any, container: str, reason: str, text: str) -> None:
+        send(refusal_message(pod.namespace, pod.name, pod.uid, container, reason, text,
+                             node_name))
+    return refused
 
 
 def nrt_snapshot(committed: Callable[[], tuple[Any, Any]],

@@ -35,7 +35,7 @@ from nri_numa.agent.settings import (DEFAULT_CDI_SPEC_DIRS, DEFAULT_DEV_ROOT,
                                      MetricsAddress)
 from nri_numa.engine.config import ConfigError, EngineConfig
 from nri_numa.nri.pb import api_pb2 as api
-from nri_numa.nri.plugin import NumaPlugin
+from nri_numa.nri.plugin import NumaPlugin, OnRefusal
 from nri_numa.nri.session import NriSession, SessionClosed
 from nri_numa.nri.wire.ttrpc_message import TtrpcError
 from nri_numa.podresources import DEFAULT_SOCKET as DEFAULT_POD_RESOURCES_SOCKET
@@ -86,6 +86,9 @@ class DaemonOptions:
     kubeconfig: Path | None = None
     node_name: str = ""
     nrt_resync_period: float = 60.0
+    evict_refused_pods: bool = True
+    evict_after_refusals: int = 3
+    eviction_delay: float = 30.0
 
     @classmethod
     def from_settings(cls, settings: AgentSettings, config_file: Path | None) -> DaemonOptions:
@@ -99,7 +102,10 @@ class DaemonOptions:
                    metrics_optional="metrics_address" not in settings.given,
                    nrt_export=settings.nrt_export, kubeconfig=settings.kubeconfig,
                    node_name=settings.node_name,
-                   nrt_resync_period=settings.nrt_resync_period)
+                   nrt_resync_period=settings.nrt_resync_period,
+                   evict_refused_pods=settings.evict_refused_pods,
+                   evict_after_refusals=settings.evict_after_refusals,
+                   eviction_delay=settings.eviction_delay)
 
 
 def backoff_delays(first: float = BACKOFF_FIRST, cap: float = BACKOFF_CAP,
@@ -299,7 +305,8 @@ def _run(options: DaemonOptions, environ: dict[str, str], signals: StopSignals) 
                                 granter=DeviceGranter(topology, options.dev_root, cdi=cdi,
                                                       injection=options.device_injection),
                                 cgroup_root=CGROUP_ROOT,
-                                on_change=lambda: feed.changed() if feed is not None else None)
+                                on_change=lambda: feed.changed() if feed is not None else None,
+                                on_refusal=_refusal_sender(lambda: feed, plan))
         except (ConfigError, CheckpointError) as e:
             raise DaemonError(str(e)) from None
         if plan is not None:
@@ -323,9 +330,25 @@ def _export_plan(options: DaemonOptions, environ: dict[str, str]) -> ExportPlan 
 
     try:
         return export_plan(options.nrt_export, options.kubeconfig, options.node_name,
-                           options.nrt_resync_period, environ)
+                           options.nrt_resync_period, environ,
+                           evict=(options.evict_refused_pods, options.evict_after_refusals,
+                                  options.eviction_delay))
     except ExportSetupError as e:
         raise DaemonError(str(e)) from None
+
+
+def _refusal_sender(feed: Callable[[], ClusterFeed | None],
+                    plan: ExportPlan | None) -> OnRefusal | None:
+    """Refusals go to the export process once it runs; without an export, nowhere."""
+    if plan is None:
+        return None
+    from nri_numa.cluster.start import refusal_sender
+
+    def send(message: dict) -> None:
+        running = feed()
+        if running is not None:
+            running.send(message)
+    return refusal_sender(send, plan.node_name)
 
 
 def _start_export(plan: ExportPlan, plugin: NumaPlugin,
@@ -335,7 +358,8 @@ def _start_export(plan: ExportPlan, plugin: NumaPlugin,
     from nri_numa.cluster.start import nrt_snapshot
 
     feed = ClusterFeed(nrt_snapshot(plugin.committed, plan.node_name),
-                       export_command(plan.kubeconfig, plan.resync_s))
+                       export_command(plan.kubeconfig, plan.resync_s, plan.evict,
+                                      plan.evict_after, plan.eviction_delay_s))
     if isinstance(metrics, PluginMetrics):
         metrics.registry.register(ExportCollector(feed))
     feed.start()

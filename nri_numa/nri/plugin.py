@@ -40,12 +40,14 @@ from nri_numa.runtime import (DeviceGranter, DeviceLocator, GrantError, RuntimeC
 from nri_numa.safeio.bounds import clip
 from nri_numa.state.checkpoint import CheckpointError, CheckpointStore
 from nri_numa.state.ledger import Ledger, LedgerError
-from nri_numa.state.plugin_records import ContainerRecord
+from nri_numa.state.plugin_records import ContainerRecord, PodRecord
 from nri_numa.state.recorded_config import refuse_change
 from nri_numa.topology.cpulist import format_list
 from nri_numa.topology.model import Topology
 
 SendUpdates = Callable[[list[api.ContainerUpdate]], None]
+# (pod, container name, the engine's reason, the one line the runtime is told)
+OnRefusal = Callable[[PodRecord, str, str, str], None]
 
 
 class NumaPlugin:
@@ -60,6 +62,7 @@ class NumaPlugin:
                  metrics: PluginMetrics | NoMetrics = NO_METRICS,
                  cgroup_root: Path | None = None,
                  on_change: Callable[[], None] | None = None,
+                 on_refusal: OnRefusal | None = None,
                  ) -> None:
         self._topology = topology
         self._granter = granter or DeviceGranter(topology)  # devices → nodes, rules, env
@@ -70,6 +73,8 @@ class NumaPlugin:
         self._send_updates = send_updates or (lambda updates: None)
         # Told after every committed change (the NodeResourceTopology export); must not block.
         self._on_change = on_change or (lambda: None)
+        # Told of every container refused (the cluster's Event and eviction); must not block.
+        self._on_refusal = on_refusal or (lambda pod, container, reason, text: None)
         self._metrics = metrics
         self._starts = StartCheck(cgroup_root)  # None: compare with the creation only
         self._lock = threading.Lock()
@@ -214,8 +219,7 @@ class NumaPlugin:
         try:
             result = records.ledger.admit(pod_req, [request.name])
         except (RequestError, ValueError) as e:
-            decision_log.refused(pod, request.name, container.id, None, "RequestError", None,
-                                 str(e))
+            self._refused(pod, request.name, container.id, None, "RequestError", None, str(e))
             raise PluginError(f"nri-numa: {decision_log.describe(pod, request.name)}: "
                               f"{e}") from None
         self._metrics.decided(records.ledger.ctx, pod_req, request, result.decision)
@@ -225,8 +229,8 @@ class NumaPlugin:
             text = rejection.message
             if not text.startswith(rejection.reason):
                 text = f"{rejection.reason}: {text}"
-            decision_log.refused(pod, request.name, container.id, rejection.policy,
-                                 rejection.reason, rejection.resource, text)
+            self._refused(pod, request.name, container.id, rejection.policy, rejection.reason,
+                          rejection.resource, text)
             raise PluginError(f"nri-numa: {text}")
         placement = result.decision.placements[0]
         records.remember(container.id, pod, request, placement)
@@ -241,13 +245,18 @@ class NumaPlugin:
             grant = self._granter.grant(placement.devices)
         except GrantError as e:
             pod = self._records.pods[container.pod.id]
-            decision_log.refused(pod, placement.container, container.id, None, "DeviceError",
-                                 None, str(e))
+            self._refused(pod, placement.container, container.id, None, "DeviceError", None,
+                          str(e))
             raise PluginError(f"nri-numa: container {placement.container}: {e}") from None
         if grant.cdi_devices:
             log.info("container %s: devices by CDI name: %s", placement.container,
                      ", ".join(grant.cdi_devices))
         return translate.adjustment(placement, grant)
+
+    def _refused(self, pod: PodRecord, container: str, container_id: str, policy: str | None,
+                 reason: str, resource: str | None, text: str) -> None:
+        decision_log.refused(pod, container, container_id, policy, reason, resource, text)
+        self._on_refusal(pod, container, reason, text)
 
     # --- release ----------------------------------------------------------------------------
 

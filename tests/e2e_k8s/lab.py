@@ -63,6 +63,7 @@ OWNER_FILE = Path("/run/nri-numa-k8s-lab")
 NRT_CRD = REPO / "packaging" / "kubernetes" / "noderesourcetopology-crd.yaml"
 NRT_CRD_NAME = "noderesourcetopologies.topology.node.k8s.io"
 NRT_RESYNC_S = 5  # the agent reads its NodeResourceTopology back this often and mends it
+EVICT_AFTER_REFUSALS = 2  # a controller's pod refused this often is evicted (no delay)
 AGENT_CONFIG = {"cpuManagerPolicy": "static", "reservedSystemCPUs": "0",
                 "topologyManagerPolicy": "single-numa-node"}
 MAX_SOCKET_PATH = 100  # unix socket paths are limited to 108 bytes
@@ -449,7 +450,8 @@ class Lab:
             "--state-dir", str(folder / "state"), "--pod-resources-socket", str(self.pod_resources_socket),
             "--metrics-address", f"127.0.0.1:{self.recorded.ports['metrics']}",
             "--log-file", str(self.agent_log), "--kubeconfig", str(self.kubeconfig),
-            "--node-name", NODE_NAME, "--nrt-resync-period", str(NRT_RESYNC_S)])
+            "--node-name", NODE_NAME, "--nrt-resync-period", str(NRT_RESYNC_S),
+            "--evict-after-refusals", str(EVICT_AFTER_REFUSALS), "--eviction-delay", "0"])
 
     def _agent_connected(self) -> bool:
         log = self.logs / "containerd.log"
