@@ -180,6 +180,12 @@ def api_client(kubeconfig: str | None) -> Any:
     else:
         config.load_incluster_config(client_configuration=configuration)
     configuration.retries = False
+    if not configuration.verify_ssl:
+        # The kubeconfig asks for it (insecure-skip-tls-verify): said once by main, not once
+        # per request on the agent's standard error.
+        import urllib3
+
+        urllib3.disable_warnings(urllib3.exceptions.InsecureRequestWarning)
     return client.ApiClient(configuration)
 
 
@@ -207,6 +213,9 @@ def main(argv: list[str] | None = None) -> int:
         say(ExportStatus("failing", f"cannot make a Kubernetes client: {str(e)[:300]}",
                          errors=1).to_message())
         return 2
+    if not client.configuration.verify_ssl:
+        say({"kind": "log", "level": "warning", "message": "the kubeconfig turns TLS "
+             "verification off (insecure-skip-tls-verify): the API server is not authenticated"})
     inbox = Inbox()
     threading.Thread(target=read_messages, args=(sys.stdin.buffer, inbox, say),
                      name="agent-messages", daemon=True).start()
