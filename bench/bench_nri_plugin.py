@@ -2,21 +2,26 @@
 
 Run from the repository root:
     .venv/bin/python -m bench.bench_nri_plugin [--part create|pods|all] [--calls N]
-        [--running N] [--rounds N] [--preset NAME] [--pods N]
+        [--running N[,N...]] [--rounds N] [--preset NAME] [--pods N]
 
 (a) ``create``: the latency of CreateContainer as containerd sees it: from the request's frames
     written to the reply read, by a runtime peer on one thread (bench/wire_runtime.py) in this
     process, while the plugin runs as `nri-numa run` in a process of its own, connected over a
     unix socket. The plugin places the container, logs it to a file, writes its checkpoint and
     answers with the adjustment and the updates of the shared containers. The machine is a
-    synthetic 2-socket, 96-CPU node (``--preset``) under the packaging example's configuration,
-    with ``--running`` containers placed (a seeded mix of Guaranteed, Burstable and BestEffort
-    pods, Kubernetes-sized messages). Each timed creation is followed, untimed, by the stop and
+    synthetic 2-socket, 5120-CPU node by default (``--preset``: big-5120, built here so that 2000
+    containers fit, or any preset of nri_numa.topology.synthetic) under the packaging example's
+    configuration, with ``--running`` containers placed (a seeded mix of Guaranteed, Burstable
+    and BestEffort pods, Kubernetes-sized messages); ``--running`` takes a list of sizes
+    (default 40,400,2000) so that growth with the ledger's size shows in one run. Each timed creation is followed, untimed, by the stop and
     removal of the oldest container, so the count stays put. Each round measures, on the same
     requests: the baseline, a plugin process whose handlers answer at once with nothing (the
     wire, framing and protobuf on both sides: bench/empty_plugin.py); `nri-numa run` with its
     state folder on disk (``--disk-dir``) and on tmpfs (``--tmpfs-dir``); and the handler alone,
-    called directly in this process (no wire), with its checkpoint write timed on its own.
+    called directly in this process (no wire), with its checkpoint write timed on its own and
+    the CreateContainer handler's CPU time (this thread's). For the plugin processes it also
+    prints their CPU time per cycle (one creation, one stop, one removal, from /proc) and their
+    resident memory idle (connected, nothing placed) and with the size's containers placed.
     Targets, on the median of the rounds of `nri-numa run`: p50 <= 2 ms, p99 <= 10 ms.
 (b) ``pods``: pod start time (RunPodSandbox -> CreateContainer -> StartContainer, through CRI)
     on private containerd 1.7.24 and 2.1.9 (tests/e2e harness; root), with the plugin
@@ -35,6 +40,7 @@ import argparse
 import gc
 import json
 import logging
+import os
 import random
 import statistics
 import subprocess
@@ -54,7 +60,10 @@ from nri_numa.nri.daemon import plugin_store
 from nri_numa.nri.pb import api_pb2 as api
 from nri_numa.nri.plugin import NumaPlugin
 from nri_numa.state.checkpoint import CheckpointStore
+from nri_numa.topology.model import Topology
 from nri_numa.topology.synthetic import preset_topology
+from nri_numa.topology.synthetic.build import build_topology
+from nri_numa.topology.synthetic.spec import DistanceSpec, MachineSpec, MemorySpec
 from tests import nri_messages as msg
 
 REPO = Path(__file__).resolve().parents[1]
@@ -69,6 +78,31 @@ CONFIG = {  # packaging/nri-numa.conf.example, without the pod-override switch
 }
 GIB = 1 << 30
 CONNECT_TIMEOUT = 60.0  # a plugin process starting on a loaded machine
+BIG_MACHINE = "big-5120"
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def bench_topology(name: str) -> Topology:
+    """The machine: big-5120 (2 sockets of 1280 two-thread cores, 2 TiB a node: room for 2000
+    of the mix's containers), or a preset by name."""
+    if name == BIG_MACHINE:
+        return build_topology(MachineSpec(
+            name=BIG_MACHINE, sockets=2, nodes_per_socket=1, cores_per_node=1280,
+            distances=DistanceSpec(remote=21), memory=MemorySpec(2048 * GIB)))
+    return preset_topology(name)
+
+
+def process_cpu_seconds(pid: int) -> float:
+    """User + system time of process ``pid`` so far, from /proc/PID/stat."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
+
+
+def process_rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
 
 
 def percentile(samples: list[float], fraction: float) -> float:
@@ -129,9 +163,10 @@ def in_process(plugin: NumaPlugin) -> Call:
 
 
 def drive(call: Call, args: argparse.Namespace, *, collector: bool = False,
-          ) -> tuple[list[float], int]:
+          on_placed: Callable[[], None] | None = None) -> tuple[list[float], int]:
     """``--running`` containers created, then ``--calls`` timed creations, each followed by the
     removal of the oldest container: the creations' times in ms and how many got a cpuset.
+    ``on_placed`` runs once the ``--running`` containers are in, before the timed calls.
     Python's collector is off in this process while timing, unless it is the plugin's
     (``collector``): the runtime's side must not add its own pauses."""
     rng = random.Random(args.seed)
@@ -139,6 +174,8 @@ def drive(call: Call, args: argparse.Namespace, *, collector: bool = False,
     for i in range(args.running):
         running.append(kubernetes_container(rng, i))
         call("CreateContainer", msg.create(*running[-1]), api.CreateContainerResponse)
+    if on_placed is not None:
+        on_placed()
     samples, placed = [], 0
     if not collector:
         gc.disable()
@@ -166,14 +203,24 @@ class Figures:
     max: float
     write_p50: float | None = None  # the checkpoint write alone, where it could be timed
     write_p99: float | None = None
+    cpu_ms: float | None = None  # handler: CPU of one creation (p50); process: of one cycle
+    rss_idle_mb: float | None = None  # the plugin process, connected, nothing placed
+    rss_mb: float | None = None  # the plugin process with the size's containers placed
 
     @classmethod
-    def of(cls, samples: list[float], writes: list[float] | None = None) -> Figures:
+    def of(cls, samples: list[float], writes: list[float] | None = None, *,
+           cpu_ms: float | None = None, rss_idle_mb: float | None = None,
+           rss_mb: float | None = None) -> Figures:
+        write = (statistics.median(writes), percentile(writes, 0.99)) if writes else (None, None)
         return cls(statistics.median(samples), percentile(samples, 0.99), max(samples),
-                   *((statistics.median(writes), percentile(writes, 0.99)) if writes else ()))
+                   *write, cpu_ms, rss_idle_mb, rss_mb)
 
     def line(self) -> str:
         text = f"p50 {self.p50:5.2f} ms  p99 {self.p99:5.2f} ms  max {self.max:6.2f} ms"
+        if self.cpu_ms is not None:
+            text += f"  CPU {self.cpu_ms:5.2f} ms"
+        if self.rss_mb is not None:
+            text += f"  RSS idle {self.rss_idle_mb:5.1f} MB, placed {self.rss_mb:5.1f} MB"
         if self.write_p50 is not None:
             text += (f"  (checkpoint write p50 {self.write_p50:.2f} ms  "
                      f"p99 {self.write_p99:.2f} ms)")
@@ -185,7 +232,7 @@ def plugin_process(kind: str, folder: Path, sock: Path, args: argparse.Namespace
     if kind == "empty":
         return [sys.executable, "-m", "bench.empty_plugin", str(sock)]
     topology, config = folder / "topology.json", folder / "config.json"
-    topology.write_text(preset_topology(args.preset).to_json())
+    topology.write_text(bench_topology(args.preset).to_json())
     config.write_text(json.dumps(CONFIG))
     return [sys.executable, "-m", "nri_numa", "run", "--nri-socket", str(sock),
             "--config", str(config), "--topology", str(topology),
@@ -207,10 +254,17 @@ def measure_process(kind: str, folder: Path, args: argparse.Namespace) -> Figure
     with open(folder / "process.out", "wb") as out:
         child = subprocess.Popen(plugin_process(kind, folder, runtime.path, args), cwd=REPO,
                                  stdout=out, stderr=subprocess.STDOUT)
+    probes: dict[str, float] = {}
+
+    def before_timing() -> None:
+        probes["rss"] = process_rss_mb(child.pid)
+        probes["cpu"] = process_cpu_seconds(child.pid)
     try:
         runtime.accept(CONNECT_TIMEOUT)
         runtime.handshake()
-        samples, placed = drive(over_the_wire(runtime), args)
+        rss_idle = process_rss_mb(child.pid)
+        samples, placed = drive(over_the_wire(runtime), args, on_placed=before_timing)
+        cycle_cpu_ms = (process_cpu_seconds(child.pid) - probes["cpu"]) * 1000 / len(samples)
     except Exception:
         print((folder / "process.out").read_text()[-2000:], file=sys.stderr)
         raise
@@ -220,7 +274,7 @@ def measure_process(kind: str, folder: Path, args: argparse.Namespace) -> Figure
         wait_or_kill(child)
     if kind != "empty" and placed != len(samples):
         raise RuntimeError(f"nri-numa gave a cpuset to {placed} of {len(samples)} containers")
-    return Figures.of(samples)
+    return Figures.of(samples, cpu_ms=cycle_cpu_ms, rss_idle_mb=rss_idle, rss_mb=probes["rss"])
 
 
 def measure_handler(folder: Path, args: argparse.Namespace) -> Figures:
@@ -228,15 +282,33 @@ def measure_handler(folder: Path, args: argparse.Namespace) -> Figures:
     handler = logging.FileHandler(folder / "plugin.log")  # the daemon logs each decision
     logging.getLogger().addHandler(handler)
     try:
-        topology = preset_topology(args.preset)
+        topology = bench_topology(args.preset)
         store = plugin_store(folder / "state", topology)  # as `nri-numa run` makes it
         plugin = NumaPlugin(topology, config_from_mapping(CONFIG), store)
         writes = timed_saves(store)
+        cpu = timed_creations(plugin)
         samples, _ = drive(in_process(plugin), args, collector=True)
     finally:
         logging.getLogger().removeHandler(handler)
         handler.close()
-    return Figures.of(samples, writes[args.running:])
+    return Figures.of(samples, writes[args.running:],
+                      cpu_ms=statistics.median(cpu[args.running:]))
+
+
+def timed_creations(plugin: NumaPlugin) -> list[float]:
+    """Wraps the plugin's CreateContainer handler to collect its CPU time (ms, this thread's:
+    the wall time of a loaded machine's other work is not the handler's)."""
+    samples: list[float] = []
+    create = plugin.create_container
+
+    def timed(request: Message) -> Message | None:
+        began = time.thread_time()
+        reply = create(request)
+        samples.append((time.thread_time() - began) * 1000)
+        return reply
+
+    plugin.create_container = timed  # type: ignore[method-assign]
+    return samples
 
 
 def timed_saves(store: CheckpointStore) -> list[float]:
@@ -254,6 +326,14 @@ def timed_saves(store: CheckpointStore) -> list[float]:
 
 
 def bench_create(args: argparse.Namespace) -> bool:
+    """Each size of ``--running`` in turn (the same requests for all: one seed)."""
+    ok = True
+    for size in args.running:
+        ok &= bench_create_size(argparse.Namespace(**{**vars(args), "running": size}))
+    return ok
+
+
+def bench_create_size(args: argparse.Namespace) -> bool:
     """Rounds of baseline, disk, tmpfs and handler alone: the host's load drifts, and all see
     the same drift. The verdict is on the median of the rounds' figures."""
     disk, tmpfs = Path(args.disk_dir), Path(args.tmpfs_dir)
@@ -277,13 +357,20 @@ def bench_create(args: argparse.Namespace) -> bool:
     for label, done in runs.items():
         p50 = statistics.median(r.p50 for r in done)
         p99 = statistics.median(r.p99 for r in done)
+        extra = ""
+        if done[0].cpu_ms is not None:
+            extra += f"  CPU {statistics.median(r.cpu_ms for r in done):5.2f} ms"
+        if done[0].rss_mb is not None:
+            extra += (f"  RSS idle {statistics.median(r.rss_idle_mb for r in done):5.1f} MB,"
+                      f" placed {statistics.median(r.rss_mb for r in done):5.1f} MB")
         verdict = ""
         if label.startswith("nri-numa run"):
             passed = p50 <= P50_TARGET_MS and p99 <= P99_TARGET_MS
             ok &= passed
             verdict = (f"  targets p50 <= {P50_TARGET_MS:g} ms, p99 <= {P99_TARGET_MS:g} ms: "
                        f"{'PASS' if passed else 'FAIL'}")
-        print(f"median of the rounds  {label:<42} p50 {p50:5.2f} ms  p99 {p99:5.2f} ms{verdict}")
+        print(f"median of the rounds  {label:<42} p50 {p50:5.2f} ms  p99 {p99:5.2f} ms{extra}"
+              f"{verdict}")
     return ok
 
 
@@ -327,13 +414,23 @@ def median_ratio_interval(a: list[float], b: list[float], resamples: int = 2000,
     return ratios[int(0.025 * resamples)], ratios[int(0.975 * resamples) - 1]
 
 
+def sizes(text: str) -> tuple[int, ...]:
+    """``40,400,2000`` -> (40, 400, 2000); argparse turns the ValueError into one line."""
+    counts = tuple(int(part) for part in text.split(","))
+    if not counts or any(n < 0 for n in counts):
+        raise ValueError(text)
+    return counts
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--part", choices=("create", "pods", "all"), default="all")
     parser.add_argument("--calls", type=int, default=600, help="timed calls a round (>= 500)")
-    parser.add_argument("--running", type=int, default=40, help="containers placed while timing")
+    parser.add_argument("--running", type=sizes, default=(40, 400, 2000),
+                        help="containers placed while timing, one size or several: 40,400,2000")
     parser.add_argument("--rounds", type=int, default=3, help="disk and tmpfs runs, alternated")
-    parser.add_argument("--preset", default="intel-2s-ht", help="synthetic machine")
+    parser.add_argument("--preset", default=BIG_MACHINE,
+                        help=f"synthetic machine: {BIG_MACHINE} (default) or a preset's name")
     parser.add_argument("--disk-dir", default="/var/tmp", help="a folder on disk")
     parser.add_argument("--tmpfs-dir", default="/dev/shm", help="a folder on tmpfs")
     parser.add_argument("--pods", type=int, default=20, help="timed pods each way and version")
