@@ -192,17 +192,25 @@ def ledger_families(ledger: Ledger, containers: Mapping[str, ContainerRecord]) -
     node_label = ["numa_node"]
     free_cpus = GaugeMetricFamily(
         f"{PREFIX}_numa_node_free_cpus", "CPUs of the node that can still be given to a "
-        "container exclusively: in the shared pool and not reserved.", labels=node_label)
+        "container exclusively: in the shared pool, not reserved and not isolated.",
+        labels=node_label)
     cpus = GaugeMetricFamily(
         f"{PREFIX}_numa_node_cpus", "CPUs of the node held exclusively by containers, and in "
         "the shared pool.", labels=["numa_node", "pool"])
+    isolated = GaugeMetricFamily(
+        f"{PREFIX}_numa_node_isolated_cpus", "Isolated CPUs (isolcpus) of the node: held "
+        "exclusively by containers that asked for them, and free.", labels=["numa_node", "state"])
     exclusive = allocs.exclusive_cpus()
     for node in ctx.topology.numa_nodes:
         on_node, label = frozenset(node.cpus), str(node.id)
-        free_cpus.add_metric([label], len((allocs.shared & on_node) - ctx.reserved_cpus))
+        free_cpus.add_metric([label], len((allocs.shared & on_node) - ctx.reserved_cpus
+                                          - ctx.isolated_cpus))
         cpus.add_metric([label, "exclusive"], len(exclusive & on_node))
         cpus.add_metric([label, "shared"], len(allocs.shared & on_node))
-    families: list[Metric] = [free_cpus, cpus]
+        isolated_here = ctx.isolated_cpus & on_node
+        isolated.add_metric([label, "exclusive"], len(isolated_here & exclusive))
+        isolated.add_metric([label, "free"], len(isolated_here - exclusive - ctx.reserved_cpus))
+    families: list[Metric] = [free_cpus, cpus, isolated]
     if allocs.memory is not None:
         families.extend(_memory_families(allocs.memory))
     if ctx.devices:

@@ -10,12 +10,12 @@ from collections.abc import Iterable
 from dataclasses import dataclass, replace
 
 from nri_numa.engine.allocations import Allocations
-from nri_numa.engine.annotations import AnnotationError, pod_topology
+from nri_numa.engine.annotations import AnnotationError, isolated_cpus_mode, pod_topology
 from nri_numa.engine.config import TopologyScope
 from nri_numa.engine.context import EngineContext
 from nri_numa.engine.decision import Decision, Placement, Rejection, refusal_message
 from nri_numa.engine.devices.requested import with_annotated_devices
-from nri_numa.engine.providers.cpu import CpuProvider
+from nri_numa.engine.providers.cpu import CPU, ISOLATED_REFUSAL, CpuProvider, isolated_shortfall
 from nri_numa.engine.providers.devices import DeviceProvider
 from nri_numa.engine.providers.memory import MemoryProvider
 from nri_numa.engine.request import PodRequest
@@ -40,6 +40,8 @@ def admit(ctx: EngineContext, allocs: Allocations, pod: PodRequest,
         chosen = (pod_topology(ctx.config, pod.annotations) if pod.annotations
                   else ctx.node_topology)
         pod = with_annotated_devices(pod, ctx.devices, ctx.device_classes)
+        for c in pod.containers:
+            isolated_cpus_mode(pod.annotations, c.name, c.isolated_cpus)
     except AnnotationError as e:
         rejection = Rejection(None, "InvalidAnnotation", str(e), str(ctx.config.topology_manager_policy))
         return Admission(Decision(pod.uid, str(ctx.config.topology_manager_policy),
@@ -53,6 +55,8 @@ def admit(ctx: EngineContext, allocs: Allocations, pod: PodRequest,
     run = ScopeRun(ctx, PROVIDERS, str(policy))
     admit_containers = (pod_scope if scope is TopologyScope.POD else container_scope).admit_containers
     try:
+        if short := isolated_shortfall(ctx, allocs, pod, wanted):
+            raise Refused(short[0], ISOLATED_REFUSAL, short[1], CPU)
         after = admit_containers(run, allocs, pod, wanted)
     except Refused as e:
         container = next((c for c in wanted if c.name == e.container), None)

@@ -147,8 +147,11 @@ class Allocations:
 
     # --- invariants ---------------------------------------------------------------------------
 
-    def check(self, online: frozenset[int], reserved: frozenset[int], strict: bool) -> None:
-        """Raise AllocationsError unless this snapshot could have come from the engine."""
+    def check(self, online: frozenset[int], reserved: frozenset[int], strict: bool,
+              withheld: frozenset[int] = frozenset()) -> None:
+        """Raise AllocationsError unless this snapshot could have come from the engine.
+        ``withheld``: CPUs never in the shared pool (isolated ones), free when no container
+        holds them."""
         owner: dict[int, str] = {}
         device_owner: dict[tuple[str, str], str] = {}
         for pod_id, pod in self.pods.items():
@@ -171,7 +174,10 @@ class Allocations:
         if exclusive & reserved:
             raise AllocationsError(f"reserved CPUs {format_list(exclusive & reserved)} are "
                                    "allocated exclusively")
-        expected = online - reserved if strict else online
+        if withheld & self.shared:
+            raise AllocationsError(f"isolated CPUs {format_list(withheld & self.shared)} are in "
+                                   "the shared pool")
+        expected = (online - reserved if strict else online) - (withheld - exclusive)
         if exclusive | self.shared != expected:
             missing = expected - exclusive - self.shared
             extra = (exclusive | self.shared) - expected

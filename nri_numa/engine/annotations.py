@@ -17,6 +17,11 @@ Devices are asked for under the same prefix (docs/devices.md): ``numa.nri.io/dev
 on the pod, or ``numa.nri.io/devices`` on the container itself; they are requests, not overrides,
 so ``allowPodOverrides`` does not gate them. Their values are read by
 ``nri_numa.engine.devices.requested``.
+
+Isolated CPUs (the kernel's ``isolcpus``) are asked for the same way: ``numa.nri.io/isolated-cpus``
+on the pod (every container of it), ``numa.nri.io/isolated-cpus.<container>`` on the pod, or
+``numa.nri.io/isolated-cpus`` on the container itself (the most specific one wins); the value is
+``prefer`` or ``require`` (docs/annotations.md). A request too, not gated by ``allowPodOverrides``.
 """
 
 from __future__ import annotations
@@ -34,6 +39,9 @@ TOPOLOGY_SCOPE = PREFIX + "topology-scope"
 OVERRIDES = (TOPOLOGY_POLICY, TOPOLOGY_SCOPE)
 DEVICES = PREFIX + "devices"  # on a container: the devices it asks for
 DEVICES_FOR = DEVICES + "."  # + a container name, on the pod: what that container asks for
+ISOLATED_CPUS = PREFIX + "isolated-cpus"  # on a pod or a container: prefer or require isolcpus
+ISOLATED_CPUS_FOR = ISOLATED_CPUS + "."  # + a container name, on the pod
+ISOLATED_CPUS_MODES = ("prefer", "require")
 
 R = TypeVar("R", bound=Ranked)
 
@@ -82,6 +90,29 @@ def is_device_annotation(name: str) -> bool:
     return name == DEVICES or (name.startswith(DEVICES_FOR) and len(name) > len(DEVICES_FOR))
 
 
+def is_isolated_cpus_annotation(name: str) -> bool:
+    """``numa.nri.io/isolated-cpus`` or ``numa.nri.io/isolated-cpus.<container>``."""
+    return name == ISOLATED_CPUS or (name.startswith(ISOLATED_CPUS_FOR)
+                                     and len(name) > len(ISOLATED_CPUS_FOR))
+
+
+def isolated_cpus_mode(pod_annotations: Mapping[str, str], container: str,
+                       own: str | None = None) -> str | None:
+    """``prefer``, ``require`` or None (no isolated CPUs) for one container: its own
+    annotation's value ``own``, else the pod's for that container, else the pod's for all of
+    them. AnnotationError for a value that is neither."""
+    for name, value in ((ISOLATED_CPUS, own),
+                        (ISOLATED_CPUS_FOR + container, pod_annotations.get(ISOLATED_CPUS_FOR + container)),
+                        (ISOLATED_CPUS, pod_annotations.get(ISOLATED_CPUS))):
+        if value is None:
+            continue
+        if value not in ISOLATED_CPUS_MODES:
+            raise AnnotationError(f"annotation {name}: {quote(value)} is not one of "
+                                  f"{', '.join(ISOLATED_CPUS_MODES)}")
+        return value
+    return None
+
+
 def check_values(ours: Mapping[str, object]) -> None:
     """AnnotationError for a value of one of ours that is not a string or is longer than
     MAX_ANNOTATION_VALUE: nothing under the prefix needs more, and it is refused before it is
@@ -97,8 +128,10 @@ def check_values(ours: Mapping[str, object]) -> None:
 
 def _check_names(ours: Mapping[str, str], known: frozenset[str]) -> None:
     for name in sorted(ours):
-        if name not in known and not is_device_annotation(name):
-            names = sorted(known | {DEVICES, DEVICES_FOR + "<container>"})
+        if (name not in known and not is_device_annotation(name)
+                and not is_isolated_cpus_annotation(name)):
+            names = sorted(known | {DEVICES, DEVICES_FOR + "<container>", ISOLATED_CPUS,
+                                    ISOLATED_CPUS_FOR + "<container>"})
             raise AnnotationError(f"annotation {clip(name, 80)}: unknown; annotations under "
                                   f"{PREFIX} are {', '.join(names)}")
 

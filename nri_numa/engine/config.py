@@ -141,6 +141,8 @@ class EngineConfig:
     memory_manager_policy: MemoryManagerPolicy = MemoryManagerPolicy.NONE
     reserved_memory: tuple[MemoryReservation, ...] = ()
     allow_pod_overrides: bool = True  # ours: may pods narrow policy/scope by annotation?
+    # ours: may Burstable and BestEffort containers run on isolated CPUs (isolcpus)?
+    shared_pool_includes_isolcpus: bool = False
 
     def __post_init__(self) -> None:
         set_ = object.__setattr__

@@ -178,5 +178,6 @@ _READERS = {
     "memoryManagerPolicy": _choice(MemoryManagerPolicy),
     "reservedMemory": _reserved_memory,
     "allowPodOverrides": _flag,
+    "sharedPoolIncludesIsolcpus": _flag,
 }
 KNOWN_KEYS = tuple(_READERS)

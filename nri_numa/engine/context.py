@@ -20,6 +20,7 @@ from nri_numa.engine.memory import MemoryState, check_reserved_memory
 from nri_numa.engine.merge import MachineMerge
 from nri_numa.engine.policy.options import (DEFAULT_MAX_ALLOWABLE_NUMA_NODES,
                                             MAX_ALLOWABLE_NUMA_NODES)
+from nri_numa.topology.cpulist import format_list
 from nri_numa.topology.model import Topology
 
 GPU_RESOURCE = "nvidia.com/gpu"
@@ -47,6 +48,11 @@ class EngineContext:
         devices = {**device_resources(topology), **extra_resources}
         ctx = cls(topology, config, cpus, numa_ids, distances,
                   _reserved_cpus(config, cpus), MappingProxyType(devices))
+        if ctx.withheld_cpus and not ctx.empty_allocations().shared:
+            raise ConfigError([f"every CPU left for the shared pool is isolated (isolcpus "
+                               f"{format_list(ctx.withheld_cpus)}): Burstable and BestEffort "
+                               "containers would have no CPU; set sharedPoolIncludesIsolcpus: "
+                               "true to let them run there"])
         if config.memory_manager_policy is MemoryManagerPolicy.STATIC:
             try:
                 check_reserved_memory(ctx.memory_topology, config.reserved_memory_by_node)
@@ -67,7 +73,7 @@ class EngineContext:
         return self.cpu_static and self.config.cpu_options.strict_cpu_reservation
 
     def empty_allocations(self) -> Allocations:
-        online = self.topology.online_cpus
+        online = self.topology.online_cpus - self.withheld_cpus
         shared = online - self.reserved_cpus if self.strict_reservation else online
         memory = (MemoryState.from_topology(self.memory_topology,
                                             self.config.reserved_memory_by_node)
@@ -76,7 +82,8 @@ class EngineContext:
 
     def check(self, allocations: Allocations) -> None:
         """Raise AllocationsError unless ``allocations`` fit this machine and configuration."""
-        allocations.check(self.topology.online_cpus, self.reserved_cpus, self.strict_reservation)
+        allocations.check(self.topology.online_cpus, self.reserved_cpus, self.strict_reservation,
+                          self.withheld_cpus)
         if allocations.memory is not None:
             allocations.memory.validate(self.empty_allocations().memory)
 
@@ -102,6 +109,29 @@ class EngineContext:
     def node_of_cpu(self) -> Mapping[int, int]:
         """CPU id → its NUMA node, for the CPUs that have one."""
         return MappingProxyType({c.id: c.numa for c in self.topology.cpus if c.numa is not None})
+
+    @cached_property
+    def isolated_cpus(self) -> frozenset[int]:
+        """The online CPUs the kernel isolates (isolcpus): exclusive CPUs come from them only
+        for containers that ask by annotation, never otherwise."""
+        return self.topology.isolcpus & self.topology.online_cpus
+
+    @cached_property
+    def isolated_mask(self) -> int:
+        return checked_mask(self.isolated_cpus, "isolated CPUs")
+
+    @cached_property
+    def withheld_cpus(self) -> frozenset[int]:
+        """Free CPUs kept out of the shared pool: the isolated ones, unless
+        sharedPoolIncludesIsolcpus lets shared containers run there."""
+        return frozenset() if self.config.shared_pool_includes_isolcpus else self.isolated_cpus
+
+    def free_isolated_mask(self, allocations: Allocations) -> int:
+        """Isolated CPUs no container holds exclusively, reserved ones left out."""
+        if self.withheld_cpus:
+            held = checked_mask(allocations.exclusive_cpus(), "exclusive CPUs")
+            return self.isolated_mask & ~held & ~self.reserved_mask
+        return self.isolated_mask & allocations.shared_mask & ~self.reserved_mask
 
     @cached_property
     def reserved_mask(self) -> int:

@@ -89,6 +89,8 @@ class ContainerRequest:
     devices: Mapping[str, int] = field(default_factory=dict)  # resource → count (from limits)
     # resource → NUMA nodes of the devices of that resource the container already holds
     device_numa_hints: Mapping[str, frozenset[int]] = field(default_factory=dict)
+    # The container's own numa.nri.io/isolated-cpus value, as written (the engine checks it)
+    isolated_cpus: str | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name:

@@ -26,7 +26,7 @@ from nri_numa.engine.config import ConfigError, EngineConfig
 from nri_numa.engine.context import EngineContext
 from nri_numa.engine.decision import Placement
 from nri_numa.engine.request import RequestError
-from nri_numa.nri import decision_log, sync, translate
+from nri_numa.nri import decision_log, resize, sync, translate
 from nri_numa.nri.container_requests import (KubeletHints, RequestReader, pod_as_known,
                                              with_requested_devices)
 from nri_numa.nri.decision_log import log
@@ -135,14 +135,20 @@ class NumaPlugin:
         return api.CreateContainerResponse(adjust=adjust, update=updates)
 
     def update_container(self, req: api.UpdateContainerRequest) -> api.UpdateContainerResponse:
+        """An update of a running container's resources: an in-place resize when its CPU or
+        memory request changes (nri_numa.nri.resize), else its cpuset stays."""
         with self._lock:
             record = self._records.containers.get(req.container.id)
             if record is None:
                 return api.UpdateContainerResponse()
+            updates: list[api.ContainerUpdate] = []
+            if record.in_ledger and req.HasField("linux_resources"):
+                with self._transaction():
+                    record, updates = resize.apply(self._records, record, self._resized(req))
             cpus = self._records.cpus_of(record)
         # The runtime merges this into the update it is applying: our cpuset stays.
         return api.UpdateContainerResponse(update=[translate.cpuset_update(
-            record.id, cpus, record.mems, ignore_failure=False)])
+            record.id, cpus, record.mems, ignore_failure=False), *updates])
 
     def stop_container(self, req: api.StopContainerRequest) -> api.StopContainerResponse:
         with self._lock:
@@ -236,6 +242,13 @@ class NumaPlugin:
         records.remember(container.id, pod, request, placement)
         decision_log.placed(pod, result.decision.policy, placement, container.id)
         return placement
+
+    def _resized(self, req: api.UpdateContainerRequest) -> RuntimeContainer:
+        """The container as it will be: its new resources in place of the old."""
+        container = api.Container()
+        container.CopyFrom(req.container)
+        container.linux.resources.CopyFrom(req.linux_resources)
+        return self._translate(req.pod, container)
 
     def _adjustment(self, placement: Placement,
                     container: RuntimeContainer) -> api.ContainerAdjustment:

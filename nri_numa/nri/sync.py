@@ -13,7 +13,8 @@ from dataclasses import replace
 
 from nri_numa.engine.admit import admit
 from nri_numa.engine.allocations import Allocations, AllocationsError, ContainerAllocation
-from nri_numa.engine.annotations import AnnotationError
+from nri_numa.engine.annotations import AnnotationError, isolated_cpus_mode
+from nri_numa.engine.context import EngineContext
 from nri_numa.engine.decision import Placement
 from nri_numa.engine.devices import sorted_ids
 from nri_numa.engine.devices.requested import with_annotated_devices
@@ -134,6 +135,21 @@ def _seeded(allocs: Allocations, pod_uid: str, name: str, cpus: frozenset[int],
     return allocs.with_pod(pod_uid, held).with_shared(allocs.shared - cpus)
 
 
+def _adoptable(ctx: EngineContext, allocs: Allocations, pod: PodRequest,
+               request: ContainerRequest) -> frozenset[int]:
+    """CPUs a running container may keep: free shared ones, and free isolated ones when it
+    asks for isolated CPUs (the shared pool must keep a CPU, which admission checks)."""
+    try:
+        mode = isolated_cpus_mode(pod.annotations, request.name, request.isolated_cpus)
+    except AnnotationError:
+        mode = None
+    if mode is None:
+        return allocs.shared - ctx.isolated_cpus
+    free_isolated = frozenset(c for c in ctx.isolated_cpus
+                              if ctx.free_isolated_mask(allocs) >> c & 1)
+    return (allocs.shared | free_isolated) if mode == "prefer" else free_isolated
+
+
 def _adopt_in_place(records: Records, pod: PodRequest, request: ContainerRequest,
                     cpus: frozenset[int] | None,
                     devices: dict[str, tuple[str, ...]]) -> Placement | None:
@@ -141,8 +157,8 @@ def _adopt_in_place(records: Records, pod: PodRequest, request: ContainerRequest
     asks for, all free and none reserved; None when it cannot stay where it is."""
     ctx, allocs = records.ledger.ctx, records.ledger.allocations
     count = guaranteed_cpus(pod, request) if ctx.cpu_static else 0
-    if (not count or not cpus or len(cpus) != count or not cpus < allocs.shared
-            or cpus & ctx.reserved_cpus):
+    if (not count or not cpus or len(cpus) != count
+            or not cpus <= _adoptable(ctx, allocs, pod, request) or cpus & ctx.reserved_cpus):
         return None
     result = admit(ctx, _seeded(allocs, pod.uid, request.name, cpus, devices), pod,
                    [request.name])

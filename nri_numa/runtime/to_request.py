@@ -24,7 +24,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 
-from nri_numa.engine.annotations import DEVICES
+from nri_numa.engine.annotations import DEVICES, ISOLATED_CPUS
 from nri_numa.engine.devices import Resource
 from nri_numa.engine.devices.requested import (container_devices, pod_devices_for,
                                                resolve_devices)
@@ -139,7 +139,8 @@ def container_request(container: RuntimeContainer, qos: QosClass | None,
         name=container.name, cpu_request=cpu_request, cpu_limit=cpu_limit,
         memory_request=memory_request, memory_limit=memory_limit,
         hugepages_requests=pages, hugepages_limits=pages,
-        device_numa_hints=dict(device_hints or {}))
+        device_numa_hints=dict(device_hints or {}),
+        isolated_cpus=container.annotations.get(ISOLATED_CPUS))
 
 
 def pod_identity(pod: RuntimePod) -> tuple[str, str, str]:

@@ -79,7 +79,9 @@ class ContainerRecord:
                             "memory_limit": r.memory_limit,
                             "hugepages": {str(k): v for k, v in r.hugepages_limits.items()},
                             "device_numa_hints": {k: sorted(v) for k, v in
-                                                  r.device_numa_hints.items()}}}
+                                                  r.device_numa_hints.items()},
+                            **({} if r.isolated_cpus is None
+                               else {"isolated_cpus": r.isolated_cpus})}}
 
     @classmethod
     def from_dict(cls, raw: Any, where: str) -> ContainerRecord:
@@ -93,7 +95,8 @@ class ContainerRecord:
                 memory_request=r.get("memory_request"), memory_limit=r.get("memory_limit"),
                 hugepages_requests=pages, hugepages_limits=pages,
                 device_numa_hints=_obj(r.get("device_numa_hints", {}),
-                                       f"{where}.request.device_numa_hints"))
+                                       f"{where}.request.device_numa_hints"),
+                isolated_cpus=r.get("isolated_cpus"))
             mems = d.get("mems")
             return cls(_str(d, "id", where), _str(d, "sandbox_id", where),
                        _str(d, "pod_uid", where), request, parse_list(_str(d, "cpus", where)),

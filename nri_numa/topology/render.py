@@ -77,7 +77,7 @@ def render_tree(topology: Topology) -> str:
             node = nodes.get(node_id)
             first_time = node_id not in shown
             shown.add(node_id)
-            lines.extend(_node_lines(node_id, node, first_time, "    "))
+            lines.extend(_node_lines(node_id, node, first_time, "    ", topology.isolcpus))
             lines.extend(_cpu_lines([c for c in socket_cpus if c.numa == node_id], "      "))
             if first_time:
                 lines.extend(f"      {d}" for d in devices.by_node.get(node_id, []))
@@ -87,7 +87,7 @@ def render_tree(topology: Topology) -> str:
             lines.extend(_cpu_lines(orphans, "      "))
     for node in topology.numa_nodes:
         if node.id not in shown:
-            lines.extend(_node_lines(node.id, node, True, "  "))
+            lines.extend(_node_lines(node.id, node, True, "  ", topology.isolcpus))
             lines.extend(f"    {d}" for d in devices.by_node.get(node.id, []))
     unplaced = devices.by_node.get(None, [])
     if unplaced:
@@ -102,7 +102,8 @@ def render_tree(topology: Topology) -> str:
     return "\n".join(lines)
 
 
-def _node_lines(node_id: int, node: NumaNode | None, detailed: bool, indent: str) -> list[str]:
+def _node_lines(node_id: int, node: NumaNode | None, detailed: bool, indent: str,
+                isolcpus: frozenset[int] = frozenset()) -> list[str]:
     if node is None:
         return [f"{indent}NUMANode {node_id} (not in the node list)"]
     if not detailed:
@@ -112,6 +113,8 @@ def _node_lines(node_id: int, node: NumaNode | None, detailed: bool, indent: str
         facts.append("no CPUs")
     if _hugepages(node):
         facts.append("hugepages " + _hugepages(node))
+    if node.cpus & isolcpus:
+        facts.append(f"isolated CPUs {format_list(node.cpus & isolcpus)}")
     return [f"{indent}NUMANode {node_id} ({'; '.join(facts)})"]
 
 
@@ -143,12 +146,14 @@ def render_table(topology: Topology) -> str:
     for dev in topology.pci_devices:
         if dev.address in nics:
             nics_by_node[dev.numa_node].append(nics[dev.address])
-    header = ("node", "cpus", "#cpus", "memory", "hugepages free/total", "gpus", "nics", "pci",
-              "distances")
+    isolated = topology.isolcpus
+    header = ("node", "cpus", "#cpus", *(("isolated",) if isolated else ()), "memory",
+              "hugepages free/total", "gpus", "nics", "pci", "distances")
     rows = [header]
     for n in topology.numa_nodes:
         rows.append((
-            str(n.id), format_list(n.cpus) or "-", str(len(n.cpus)), gib(n.memory_bytes),
+            str(n.id), format_list(n.cpus) or "-", str(len(n.cpus)),
+            *((format_list(n.cpus & isolated) or "-",) if isolated else ()), gib(n.memory_bytes),
             _hugepages(n) or "-", ",".join(gpus_by_node[n.id]) or "-",
             ",".join(sorted(nics_by_node[n.id])) or "-", str(len(devices.by_node.get(n.id, []))),
             " ".join(str(n.distances[k]) for k in sorted(n.distances)) or "-",

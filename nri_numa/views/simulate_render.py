@@ -96,16 +96,22 @@ def _shared_container_lines(sim: Simulation) -> list[str]:
 
 
 def node_rows(ctx: EngineContext, allocs: Allocations) -> list[tuple[str, ...]]:
-    """Per NUMA node: CPUs (all, exclusive, reserved, free for exclusive use), memory, devices."""
+    """Per NUMA node: CPUs (all, exclusive, reserved, free for exclusive use), isolated CPUs
+    (all, free) on a machine that has them, memory, devices."""
     exclusive = allocs.exclusive_cpus()
-    header = ("NODE", "CPUS", "EXCLUSIVE", "RESERVED", "FREE CPUS", "FREE MEMORY",
+    isolated = ctx.isolated_cpus
+    header = ("NODE", "CPUS", "EXCLUSIVE", "RESERVED", "FREE CPUS",
+              *(("ISOLATED", "FREE ISOLATED") if isolated else ()), "FREE MEMORY",
               *(f"FREE {name}" for name in sorted(ctx.devices)))
     rows = [header]
     for node in ctx.topology.numa_nodes:
         cpus = node.cpus
-        free_cpus = (allocs.shared - ctx.reserved_cpus) & cpus
+        free_cpus = (allocs.shared - ctx.reserved_cpus - isolated) & cpus
+        free_isolated = isolated & cpus - exclusive - ctx.reserved_cpus
         rows.append((str(node.id), str(len(cpus)), str(len(exclusive & cpus)),
                      str(len(ctx.reserved_cpus & cpus)), str(len(free_cpus)),
+                     *((format_list(isolated & cpus) or "-", str(len(free_isolated)))
+                       if isolated else ()),
                      _free_memory(allocs, node.id),
                      *(_free_devices(ctx, allocs, name, node.id) for name in sorted(ctx.devices))))
     return rows

@@ -74,6 +74,7 @@ def test_unknown_names_under_the_prefix_are_errors():
         pod_topology(node(), {PREFIX + "topology-polcy": "restricted"})
     assert str(e.value) == (f"annotation {PREFIX}topology-polcy: unknown; annotations under "
                             f"{PREFIX} are {PREFIX}devices, {PREFIX}devices.<container>, "
+                            f"{PREFIX}isolated-cpus, {PREFIX}isolated-cpus.<container>, "
                             f"{TOPOLOGY_POLICY}, {TOPOLOGY_SCOPE}")
 
 
