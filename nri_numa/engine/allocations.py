@@ -46,9 +46,13 @@ class ContainerAllocation:
     exclusive_cpus: frozenset[int] = frozenset()  # empty: the container runs in the shared pool
     devices: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # resource → ids
     hint: Hint = Hint(None, False)  # the Topology Manager's choice for this container
+    # After an in-place resize: the CPUs admitted at creation, which a shrink never gives back
+    # (KEP-5554). Empty: never resized, the admitted CPUs are ``exclusive_cpus``.
+    admitted_cpus: frozenset[int] = frozenset()
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "exclusive_cpus", frozenset(self.exclusive_cpus))
+        object.__setattr__(self, "admitted_cpus", frozenset(self.admitted_cpus))
         object.__setattr__(self, "devices", _frozen({k: tuple(v) for k, v in self.devices.items()}))
 
     def with_hint(self, hint: Hint) -> ContainerAllocation:
@@ -56,6 +60,17 @@ class ContainerAllocation:
 
     def with_exclusive_cpus(self, cpus: frozenset[int]) -> ContainerAllocation:
         return _evolve(self, exclusive_cpus=frozenset(cpus))
+
+    @property
+    def original_cpus(self) -> frozenset[int]:
+        """The exclusive CPUs the container was admitted with."""
+        return self.admitted_cpus or self.exclusive_cpus
+
+    def resized(self, cpus: frozenset[int]) -> ContainerAllocation:
+        """Holding ``cpus`` now, keeping the record of the admitted ones."""
+        original = self.original_cpus
+        return _evolve(self, exclusive_cpus=frozenset(cpus),
+                       admitted_cpus=frozenset() if original == cpus else original)
 
 
 _NO_CONTAINER = ContainerAllocation()  # what ``PodAllocation.entry`` answers for a new container
@@ -212,14 +227,20 @@ class Allocations:
 
 def _pod_to_dict(p: PodAllocation) -> dict[str, Any]:
     return {
-        "containers": {name: {"exclusive_cpus": format_list(c.exclusive_cpus),
-                              "devices": {k: list(v) for k, v in c.devices.items()},
-                              "hint": _hint_to_dict(c.hint)}
-                       for name, c in p.containers.items()},
+        "containers": {name: _container_to_dict(c) for name, c in p.containers.items()},
         "pod_hint": None if p.pod_hint is None else _hint_to_dict(p.pod_hint),
         "reusable_cpus": format_list(p.reusable_cpus),
         "reusable_devices": {k: sorted(v) for k, v in p.reusable_devices.items()},
     }
+
+
+def _container_to_dict(c: ContainerAllocation) -> dict[str, Any]:
+    d = {"exclusive_cpus": format_list(c.exclusive_cpus),
+         "devices": {k: list(v) for k, v in c.devices.items()},
+         "hint": _hint_to_dict(c.hint)}
+    if c.admitted_cpus:  # only after a resize: older checkpoints stay byte for byte the same
+        d["admitted_cpus"] = format_list(c.admitted_cpus)
+    return d
 
 
 def _pod_from_dict(raw: Any, where: str) -> PodAllocation:
@@ -232,7 +253,10 @@ def _pod_from_dict(raw: Any, where: str) -> PodAllocation:
             exclusive_cpus=_cpus(c.get("exclusive_cpus", ""), f"{w}.exclusive_cpus"),
             devices={str(k): tuple(_strs(v, f"{w}.devices.{k}"))
                      for k, v in _obj(c.get("devices", {}), f"{w}.devices").items()},
-            hint=_hint_from_dict(c.get("hint"), f"{w}.hint"))
+            hint=_hint_from_dict(c.get("hint"), f"{w}.hint"),
+            admitted_cpus=_cpus(c.get("admitted_cpus", ""), f"{w}.admitted_cpus"))
+        if not containers[str(name)].admitted_cpus <= containers[str(name)].exclusive_cpus:
+            raise AllocationsError(f"{w}.admitted_cpus must be among its exclusive_cpus")
     pod_hint = p.get("pod_hint")
     return PodAllocation(
         containers=containers,

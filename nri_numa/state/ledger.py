@@ -14,7 +14,8 @@ from typing import Any
 from nri_numa.engine.admit import Admission, admit, release
 from nri_numa.engine.allocations import Allocations, AllocationsError
 from nri_numa.engine.context import EngineContext
-from nri_numa.engine.request import PodRequest
+from nri_numa.engine.request import ContainerRequest, PodRequest
+from nri_numa.engine.resize import resize
 
 LEDGER_VERSION = 1
 
@@ -34,6 +35,14 @@ class Ledger:
 
     def admit(self, pod: PodRequest, containers: Iterable[str] | None = None) -> Admission:
         result = admit(self.ctx, self._allocations, pod, containers)
+        if result.decision.admitted:
+            self._allocations = result.allocations
+        return result
+
+    def resize(self, pod: PodRequest, before: ContainerRequest,
+               after: ContainerRequest) -> Admission:
+        """An in-place resize (nri_numa.engine.resize); swapped in only when admitted."""
+        result = resize(self.ctx, self._allocations, pod, before, after)
         if result.decision.admitted:
             self._allocations = result.allocations
         return result

@@ -262,3 +262,34 @@ def _check_smt_alignment(ctx: EngineContext, allocs: Allocations, count: int,
                                 f"SMT Alignment Error: not enough free physical CPUs: available "
                                 f"physical CPUs = {len(available_physical)}, requested CPUs = "
                                 f"{count}, CPUs per core = {per_core}")
+
+
+def take_more(ctx: EngineContext, allocs: Allocations, pod: PodRequest,
+              container: ContainerRequest, held: frozenset[int], extra: int,
+              strict: bool) -> frozenset[int]:
+    """``extra`` more free CPUs for a container growing in place, from the pools its
+    admission could use, on the NUMA nodes of the CPUs it holds first; ``strict`` (policies
+    restricted and single-numa-node) takes them only there. AllocationFailure when they are
+    not free; the shared pool must keep a CPU."""
+    pools = tuple(_available(ctx, allocs, kinds) for kinds in _pool_kinds(ctx, _mode(pod, container)))
+    nodes = ctx.nodes_of_cpus(held)
+    if strict:
+        within = ctx.cpus.numa_nodes_mask(nodes)
+        pools = tuple(p & within for p in pools)
+    free = 0
+    for p in pools:
+        free |= p
+    if free.bit_count() < extra:
+        where = f" on NUMA node(s) {', '.join(map(str, sorted(nodes)))}" if strict else ""
+        raise AllocationFailure(CPU, "UnexpectedAdmissionError",
+                                f"not enough cpus available to satisfy the resize: {extra} more "
+                                f"asked, {free.bit_count()} free{where}")
+    try:
+        taken = _take_aligned(ctx, pools, extra, Hint(frozenset(nodes), True))
+    except (CPUAllocationError, ValueError) as e:
+        raise AllocationFailure(CPU, "UnexpectedAdmissionError", str(e)) from None
+    if not allocs.shared_mask & ~taken:
+        raise AllocationFailure(CPU, "UnexpectedAdmissionError",
+                                f"not enough cpus available to satisfy the resize: taking {extra} "
+                                f"more exclusive CPUs would leave the shared pool empty")
+    return set_of(taken)
