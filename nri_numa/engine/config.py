@@ -143,6 +143,9 @@ class EngineConfig:
     allow_pod_overrides: bool = True  # ours: may pods narrow policy/scope by annotation?
     # ours: may Burstable and BestEffort containers run on isolated CPUs (isolcpus)?
     shared_pool_includes_isolcpus: bool = False
+    # Seconds between the agent's checks that each container's cgroup still holds the cpuset
+    # the ledger gives it (the kubelet's reconcile loop, default 10 s); 0: never checked.
+    cpu_manager_reconcile_period: float = 10.0
 
     def __post_init__(self) -> None:
         set_ = object.__setattr__

@@ -159,6 +159,37 @@ def _flag(key: str, raw: Any) -> dict[str, Any]:
     return {_snake(key): raw}
 
 
+# A Go duration as the kubelet writes it ("10s", "1m30s", "500ms") or a number of seconds.
+_DURATION_PART = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|ms|s|m|h)")
+_UNIT_SECONDS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0,
+                 "h": 3600.0}
+MAX_RECONCILE_PERIOD = 86400.0
+
+
+def _period(key: str, raw: Any) -> dict[str, Any]:
+    seconds = _seconds(raw)
+    if seconds is None or not 0 <= seconds <= MAX_RECONCILE_PERIOD:
+        raise _KeyProblem(f"{quote(raw)} is not a duration from 0s to 24h (such as \"10s\"; "
+                          f"0 turns the check off)")
+    return {_snake(key): seconds}
+
+
+def _seconds(raw: Any) -> float | None:
+    if isinstance(raw, bool):
+        return None
+    if isinstance(raw, int | float):
+        return float(raw)
+    if not isinstance(raw, str) or len(raw) > 40:
+        return None
+    text = raw.strip()
+    if text == "0":
+        return 0.0
+    parts = _DURATION_PART.findall(text)
+    if not parts or "".join(n + u for n, u in parts) != text:
+        return None
+    return sum(float(n) * _UNIT_SECONDS[u] for n, u in parts)
+
+
 def _snake(key: str) -> str:
     return {"reservedSystemCPUs": "reserved_system_cpus"}.get(
         key, re.sub(r"[A-Z]", lambda m: "_" + m[0].lower(), key))
@@ -179,5 +210,6 @@ _READERS = {
     "reservedMemory": _reserved_memory,
     "allowPodOverrides": _flag,
     "sharedPoolIncludesIsolcpus": _flag,
+    "cpuManagerReconcilePeriod": _period,
 }
 KNOWN_KEYS = tuple(_READERS)

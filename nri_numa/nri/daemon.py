@@ -34,6 +34,7 @@ from nri_numa.agent.settings import (DEFAULT_CDI_SPEC_DIRS, DEFAULT_DEV_ROOT,
                                      DEFAULT_SOCKET, DEFAULT_STATE_DIR, AgentSettings,
                                      MetricsAddress)
 from nri_numa.engine.config import ConfigError, EngineConfig
+from nri_numa.nri.drift_repair import DriftRepair
 from nri_numa.nri.pb import api_pb2 as api
 from nri_numa.nri.plugin import NumaPlugin, OnRefusal
 from nri_numa.nri.session import NriSession, SessionClosed
@@ -128,6 +129,11 @@ class UpdateSender:
 
     def use(self, session: NriSession | None) -> None:
         self._session = session
+
+    def connected(self) -> bool:
+        """Whether a runtime is connected and has synchronized with us."""
+        session = self._session
+        return session is not None and session.synchronized
 
     def submit(self, updates: list[api.ContainerUpdate]) -> None:
         self._queue.put(list(updates))
@@ -290,6 +296,7 @@ def _run(options: DaemonOptions, environ: dict[str, str], signals: StopSignals) 
     sender: UpdateSender | None = None
     server: MetricsServer | None = None
     feed: ClusterFeed | None = None
+    drift: DriftRepair | None = None
     plan = _export_plan(options, environ)
     try:  # from here on a stop (Stopped included) releases the lock
         sender = UpdateSender()
@@ -311,10 +318,15 @@ def _run(options: DaemonOptions, environ: dict[str, str], signals: StopSignals) 
             raise DaemonError(str(e)) from None
         if plan is not None:
             feed = _start_export(plan, plugin, metrics)
+        drift = DriftRepair(plugin.reconcile, sender.submit, sender.connected,
+                            lambda: plugin.reconcile_period)
+        drift.start()
         if isinstance(metrics, PluginMetrics) and options.metrics_address is not None:
             server = _serve_metrics(metrics, options.metrics_address, options.metrics_optional)
         _serve_until_signalled(Daemon(plugin, sender, options), options, environ, signals)
     finally:
+        if drift is not None:
+            drift.stop()
         if server is not None:
             server.stop()
         if feed is not None:

@@ -132,6 +132,7 @@ class NumaPlugin:
                 adjust = self._adjustment(placement, container)
                 updates = self._records.shared_updates(skip=container.id)
                 self._starts.created(container.id, Cpuset(placement.cpus, placement.mems))
+                self._starts.cgroup_of(container.id, req.container.linux.cgroups_path)
         return api.CreateContainerResponse(adjust=adjust, update=updates)
 
     def update_container(self, req: api.UpdateContainerRequest) -> api.UpdateContainerResponse:
@@ -173,12 +174,35 @@ class NumaPlugin:
     def shutdown(self) -> None:
         log.info("runtime asked nri-numa to shut down")
 
+    def reconcile(self) -> list[api.ContainerUpdate]:
+        """The drift repair's updates: the ledger's cpuset for every started container whose
+        cgroup holds another one (nri_numa.nri.start_check); the caller sends them."""
+        with self._lock:
+            records = self._records
+            wanted = {record.id: Cpuset(records.cpus_of(record), record.mems)
+                      for record in records.containers.values()}
+            updates = []
+            for container_id in self._starts.drifted(wanted):
+                record = records.containers[container_id]
+                cpuset = wanted[container_id]
+                self._metrics.repaired()
+                decision_log.repaired(records.pods.get(record.sandbox_id), record, cpuset.cpus,
+                                      "its cgroup differed at the periodic check")
+                updates.append(translate.cpuset_update(record.id, cpuset.cpus, record.mems))
+        return updates
+
+    @property
+    def reconcile_period(self) -> float:
+        """Seconds between drift checks (cpuManagerReconcilePeriod); 0: none."""
+        return self._records.ledger.ctx.config.cpu_manager_reconcile_period
+
     def _cgroups_missed(self, containers: Sequence[api.Container],
                         updated: set[str]) -> list[api.ContainerUpdate]:
         """Synchronize's updates for running containers whose cgroup missed an update that
         their spec got (nri_numa.nri.start_check)."""
         updates = []
         for container in containers:
+            self._starts.cgroup_of(container.id, container.linux.cgroups_path)
             record = self._records.containers.get(container.id)
             if record is None or record.id in updated:
                 continue
@@ -198,6 +222,7 @@ class NumaPlugin:
             if record is None:
                 self._starts.forget([container.id])
                 return
+            self._starts.cgroup_of(container.id, container.linux.cgroups_path)
             cpus = self._records.cpus_of(record)
             why = self._starts.missed(container.id, container.linux.cgroups_path,
                                       Cpuset(cpus, record.mems))

@@ -12,6 +12,12 @@ the agent can read it) hold what the ledger says. Either one calls for the cpuse
 again, now that it reaches the cgroup. After a restart only the second is possible, and
 Synchronize makes it for every running container: the spec the runtime reports can be right
 while the cgroup is not.
+
+Later, anything that pushes a container's whole resource set (``runc update``, a systemd
+daemon-reload, another agent) can undo its cpuset. Like the kubelet's reconcile loop, the agent
+compares every placed container's cgroup with the ledger every ``cpuManagerReconcilePeriod``
+(``drifted``) and sends the cpuset again where they differ; the cgroups paths it needs are
+those the runtime named at CreateContainer, Synchronize and PostStartContainer.
 """
 
 from __future__ import annotations
@@ -38,13 +44,27 @@ class StartCheck:
         self._root = cgroup_root
         self._tree: CpusetTree | None = None
         self._created: dict[str, Cpuset] = {}
+        self._cgroups: dict[str, str] = {}  # container id → its OCI spec's cgroups path
 
     def created(self, container_id: str, cpuset: Cpuset) -> None:
         self._created[container_id] = cpuset
 
+    def cgroup_of(self, container_id: str, cgroups_path: str) -> None:
+        """Where the runtime put the container's cgroup, for the periodic check."""
+        if cgroups_path:
+            self._cgroups[container_id] = cgroups_path
+
     def forget(self, container_ids: list[str]) -> None:
         for container_id in container_ids:
             self._created.pop(container_id, None)
+            self._cgroups.pop(container_id, None)
+
+    def drifted(self, wanted: dict[str, Cpuset]) -> list[str]:
+        """The containers of ``wanted`` (id → the cpuset the ledger gives it) whose cgroup
+        holds another cpuset; those still starting, or whose cgroup cannot be read, are not."""
+        return [cid for cid, cpuset in wanted.items()
+                if cid not in self._created and cid in self._cgroups
+                and self.cgroup_differs(self._cgroups[cid], cpuset)]
 
     def missed(self, container_id: str, cgroups_path: str, wanted: Cpuset) -> str | None:
         """Why ``wanted`` must be sent again to this started container; None when it holds."""
