@@ -14,13 +14,14 @@ from __future__ import annotations
 import difflib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from nri_numa.engine.config import ConfigError, EngineConfig
-from nri_numa.engine.config_reader import KNOWN_KEYS, config_from_mapping
 from nri_numa.safeio.bounds import quote, join_problems
 from nri_numa.safeio.documents import DocumentError, NotParsedError, documents
 from nri_numa.topology.model import Topology, TopologyFormatError
+
+if TYPE_CHECKING:
+    from nri_numa.engine.config import EngineConfig
 
 
 class InputFileError(ValueError):
@@ -70,6 +71,11 @@ def config_from_text(text: str, where: str) -> EngineConfig:
 
 
 def config_document(text: str, where: str) -> ConfigDocument:
+    # The engine is imported here, not at the top: reading a topology file (`nri-numa
+    # topology --topology`) needs none of it.
+    from nri_numa.engine.config import ConfigError
+    from nri_numa.engine.config_reader import config_from_mapping
+
     documents = [d for d in yaml_documents(text, where) if d is not None]
     if len(documents) > 1:
         raise InputFileError(f"{where}: holds {len(documents)} YAML documents; a config is one")
@@ -87,6 +93,8 @@ def config_document(text: str, where: str) -> ConfigDocument:
 
 def _check_settings_key_spelling(mapping: dict, where: str) -> None:
     # The engine lists only its own keys: a misspelt nriNuma would be named without the hint.
+    from nri_numa.engine.config_reader import KNOWN_KEYS
+
     for key in mapping:
         if (isinstance(key, str) and key not in KNOWN_KEYS
                 and difflib.get_close_matches(key.lower(), [SETTINGS_KEY.lower()], cutoff=0.75)):
