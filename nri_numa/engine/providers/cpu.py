@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from nri_numa.engine.allocations import Allocations
-from nri_numa.engine.annotations import isolated_cpus_mode
+from nri_numa.engine.annotations import is_isolated_cpus_annotation, isolated_cpus_mode
 from nri_numa.engine.context import EngineContext
 from nri_numa.engine.cpu import (CPUAllocationError, checked_mask, cpu_hints_for_masks, set_of,
                                  take_cpu_mask)
@@ -134,7 +134,7 @@ def isolated_shortfall(ctx: EngineContext, allocs: Allocations, pod: PodRequest,
     """(container, why) for the first of ``containers`` that requires more isolated CPUs than
     are free once the ones before it have theirs; checked before any merge, so that the reason
     is this and not a topology error."""
-    if not ctx.cpu_static:
+    if not ctx.cpu_static or not _asks_for_isolated(pod):
         return None
     free = None
     wanted = 0
@@ -149,6 +149,11 @@ def isolated_shortfall(ctx: EngineContext, allocs: Allocations, pod: PodRequest,
         if wanted > free.bit_count():
             return c.name, _isolated_shortfall(ctx, count, free)
     return None
+
+
+def _asks_for_isolated(pod: PodRequest) -> bool:
+    return (any(c.isolated_cpus is not None for c in pod.containers)
+            or any(is_isolated_cpus_annotation(k) for k in pod.annotations))
 
 
 def _held(allocs: Allocations, pod_id: str, name: str) -> frozenset[int]:
@@ -180,6 +185,8 @@ def _pool_kinds(ctx: EngineContext, mode: str | None) -> tuple[int, ...]:
 
 def _kinds(ctx: EngineContext, pod: PodRequest, containers: Iterable[ContainerRequest]) -> int:
     """Every CPU some of ``containers`` may hold exclusively."""
+    if not ctx.isolated_mask:
+        return ctx.cpus.all_cpus  # the common machine: nothing to tell apart
     kinds = 0
     for c in containers:
         for k in _pool_kinds(ctx, _mode(pod, c)):
