@@ -39,7 +39,10 @@ def apply(records: Records, record: ContainerRecord, container: RuntimeContainer
         return record, []
     known = records.known_requests(record.sandbox_id, before.name)
     pod_req = pod_request(container.pod, [*known, after])
-    result = records.ledger.resize(pod_req, before, after)
+    try:
+        result = records.ledger.resize(pod_req, before, after)
+    except ValueError as e:  # the ledger lost the container: nothing to resize
+        raise PluginError(f"nri-numa: container {before.name}: cannot resize: {e}") from None
     rejection = result.decision.rejection
     if rejection is not None:
         if pod is not None:

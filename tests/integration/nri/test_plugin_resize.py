@@ -90,3 +90,24 @@ def test_a_shared_container_keeps_the_pool_and_an_unchanged_update_keeps_its_cpu
     [mine] = reply.update
     assert mine.linux.resources.cpu.cpus == ALL
     assert plugin.containers[b.id].request.cpu_request == 1500
+
+
+@pytest.mark.parametrize("field,value", [
+    ("shares", 0), ("shares", 1 << 62), ("quota", -5), ("quota", 1 << 62), ("period", 0),
+    ("period", 1 << 62)])
+def test_odd_new_resources_are_one_line_or_a_resize_never_a_traceback(state_dir, field, value):
+    plugin = new_plugin(state_dir)
+    g_pod = msg.pod("g")
+    g = msg.guaranteed(g_pod, "app", cpus=2)
+    create(plugin, g_pod, g)
+    ledger = plugin.ledger.to_dict()
+    wanted = msg.guaranteed(g_pod, "app", cpus=2, cid=g.id)
+    getattr(wanted.linux.resources.cpu, field).value = value
+    try:
+        reply = plugin.update_container(api.UpdateContainerRequest(
+            pod=g_pod, container=g, linux_resources=wanted.linux.resources))
+    except PluginError as e:
+        assert "\n" not in str(e) and str(e).startswith("nri-numa: ")
+        assert plugin.ledger.to_dict() == ledger
+    else:
+        assert reply.update[0].container_id == g.id
