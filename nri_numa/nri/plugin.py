@@ -39,6 +39,7 @@ from nri_numa.runtime import (DeviceGranter, DeviceLocator, GrantError, RuntimeC
                               RuntimeInputError)
 from nri_numa.safeio.bounds import clip
 from nri_numa.state.checkpoint import CheckpointError, CheckpointStore
+from nri_numa.state.kubelet_checkpoints import KubeletCpuState
 from nri_numa.state.ledger import Ledger, LedgerError
 from nri_numa.state.plugin_records import ContainerRecord, PodRecord
 from nri_numa.state.recorded_config import refuse_change
@@ -63,6 +64,7 @@ class NumaPlugin:
                  cgroup_root: Path | None = None,
                  on_change: Callable[[], None] | None = None,
                  on_refusal: OnRefusal | None = None,
+                 kubelet_cpus: KubeletCpuState | None = None,
                  ) -> None:
         self._topology = topology
         self._granter = granter or DeviceGranter(topology)  # devices → nodes, rules, env
@@ -77,6 +79,9 @@ class NumaPlugin:
         self._on_refusal = on_refusal or (lambda pod, container, reason, text: None)
         self._metrics = metrics
         self._starts = StartCheck(cgroup_root)  # None: compare with the creation only
+        # The kubelet's CPU Manager checkpoint, for the first Synchronize only: moving a node
+        # from the kubelet's static policy keeps running containers where the kubelet put them.
+        self._kubelet_cpus = kubelet_cpus
         self._lock = threading.Lock()
         ctx = EngineContext.build(topology, config)
         self._state_file = StateFile(store, ctx)
@@ -115,8 +120,9 @@ class NumaPlugin:
         records = self._records
         with self._lock, self._transaction(), self._one_kubelet_answer():
             sync.release_missing(records, live_ids)
+            kubelet, self._kubelet_cpus = self._kubelet_cpus, None
             for container in sync.to_adopt(records, self._reader, live):
-                sync.adopt(records, self._reader, container)
+                sync.adopt(records, self._reader, container, _kubelet_cpus_of(kubelet, container))
             updates = sync.restore_cpusets(records, {c.id: c for c in live},
                                            self._topology.online_cpus)
             updates += self._cgroups_missed(req.containers, {u.container_id for u in updates})
@@ -349,6 +355,16 @@ class NumaPlugin:
         with self._state_file.transaction(self._records):
             yield
         self._on_change()
+
+
+def _kubelet_cpus_of(state: KubeletCpuState | None,
+                     container: RuntimeContainer) -> frozenset[int] | None:
+    """The CPUs the kubelet's checkpoint gives a container: by pod UID and name (v2), or by
+    container id (v1)."""
+    if state is None:
+        return None
+    return (state.assignments.get((container.pod.uid, container.name))
+            or state.assignments.get(("", container.id)))
 
 
 def _config_from_text(text: str) -> EngineConfig:

@@ -51,18 +51,27 @@ def to_adopt(records: Records, reader: RequestReader,
     return sorted(unknown, key=lambda c: not reader.held_devices(c, resources))
 
 
-def adopt(records: Records, reader: RequestReader, container: RuntimeContainer) -> None:
+def adopt(records: Records, reader: RequestReader, container: RuntimeContainer,
+          kubelet_cpus: frozenset[int] | None = None) -> None:
     """A running container we did not place: keep its CPUs when they are already
     exclusive and free, else place it; one that does not fit only follows the shared pool.
     Either way the devices it was given for its ``numa.nri.io/devices`` request stay its own
-    (``held_devices``), so they are not handed to another container."""
+    (``held_devices``), so they are not handed to another container. ``kubelet_cpus``: the
+    CPUs the kubelet's CPU Manager checkpoint gives it, kept instead of those it runs on when
+    they pass the same checks (on this machine, free, not reserved, as many as it asks for)."""
     pod, request = reader.read(container, records)
     request = _with_own_devices(records, container, request)
     pod_req = pod_as_known(records, container, request)
     held = _held_devices(records, reader, container, pod_req, request.name)
-    placement = _adopt_in_place(records, pod_req, request, container.cpuset_cpus, held)
+    cpus = container.cpuset_cpus if kubelet_cpus is None else kubelet_cpus
+    placement = _adopt_in_place(records, pod_req, request, cpus, held)
+    if placement is None and kubelet_cpus is not None:
+        log.warning("running %s: the kubelet's checkpoint gives it CPUs %s, which are not free "
+                    "exclusive CPUs of this machine as many as it asks for; placed anew",
+                    decision_log.describe(pod, request.name), format_list(kubelet_cpus))
     if placement is not None:
-        log.info("adopted %s on its own CPUs %s", decision_log.describe(pod, request.name),
+        log.info("adopted %s on %s CPUs %s", decision_log.describe(pod, request.name),
+                 "its own" if kubelet_cpus is None else "the kubelet's",
                  format_list(placement.cpus))
         records.remember(container.id, pod, request, placement)
         return
