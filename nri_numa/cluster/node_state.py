@@ -30,7 +30,7 @@ from nri_numa.engine.config import ConfigError, EngineConfig
 from nri_numa.engine.config_reader import config_from_mapping
 from nri_numa.engine.memory.state import MemoryStateError
 from nri_numa.engine.quantity import format_millicores
-from nri_numa.safeio.documents import DocumentError, load_json
+from nri_numa.safeio.bounded_json import JsonShapeError, loads
 from nri_numa.state.encoding import canonical
 from nri_numa.topology.cpulist import format_list
 from nri_numa.topology.model import Topology, TopologyFormatError
@@ -104,10 +104,10 @@ def decode(text: Any) -> NodeState:
     except (binascii.Error, ValueError) as e:
         raise NodeStateError(f"{ANNOTATION}: not base64: {e}") from None
     raw = _inflate(packed)
-    try:
-        document = load_json(raw, ANNOTATION)
-    except DocumentError as e:
-        raise NodeStateError(str(e)) from None
+    try:  # the byte scan, not the tree walk: an extender decodes every node's every change
+        document = loads(raw)
+    except JsonShapeError as e:
+        raise NodeStateError(f"{ANNOTATION}: {e}") from None
     return _state(document)
 
 

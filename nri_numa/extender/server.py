@@ -1,0 +1,78 @@
+"""The extender's HTTP server: ``POST <prefix>/filter``, ``/prioritize`` and ``/bind`` with JSON
+bodies, as kube-scheduler's HTTPExtender sends them; ``GET /healthz``.
+
+Bodies are bounded before they are read and parsed with the bounded JSON reader; a request the
+server cannot read gets a 400 with one line, never a traceback.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+from nri_numa.extender.verbs import Extender
+from nri_numa.safeio.documents import DocumentError, load_json
+
+log = logging.getLogger(__name__)
+
+MAX_BODY = 64 * 1024 * 1024  # bytes: a 5000-node NodeList when the scheduler is not cache-capable
+
+
+class ExtenderServer(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def __init__(self, address: tuple[str, int], extender: Extender, prefix: str = "") -> None:
+        self.extender = extender
+        self.prefix = prefix.rstrip("/")
+        super().__init__(address, _Handler)
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: ExtenderServer
+    protocol_version = "HTTP/1.1"  # the scheduler's client keeps connections open
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 (the base's name)
+        log.debug("%s " + format, self.address_string(), *args)
+
+    def do_GET(self) -> None:
+        if self.path == "/healthz":
+            self._send(200, b"ok", "text/plain")
+        else:
+            self._send(404, b"not found\n", "text/plain")
+
+    def do_POST(self) -> None:
+        verb = self.path[len(self.server.prefix):] if self.path.startswith(
+            self.server.prefix) else ""
+        handler = {"/filter": self.server.extender.filter,
+                   "/prioritize": self.server.extender.prioritize,
+                   "/bind": self.server.extender.bind}.get(verb)
+        if handler is None:
+            self._send(404, f"no verb {self.path[:80]!r}\n".encode(), "text/plain")
+            return
+        length = self.headers.get("Content-Length", "")
+        if not length.isdigit() or int(length) > MAX_BODY:
+            self.close_connection = True
+            self._send(400, f"Content-Length must be a number of bytes up to {MAX_BODY}\n"
+                       .encode(), "text/plain")
+            return
+        body = self.rfile.read(int(length))
+        try:
+            args = load_json(body, "request")
+        except DocumentError as e:
+            self._send(400, (" ".join(str(e).split())[:300] + "\n").encode(), "text/plain")
+            return
+        try:
+            answer = handler(args)
+        except Exception:  # a bug of ours must not cost the scheduler its connection
+            log.exception("%s failed", verb)
+            answer = {"Error": f"nri-numa extender: {verb[1:]} failed; see its log"}
+        self._send(200, json.dumps(answer).encode(), "application/json")
+
+    def _send(self, code: int, body: bytes, kind: str) -> None:
+        self.send_response(code)
+        self.send_header("Content-Type", kind)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)

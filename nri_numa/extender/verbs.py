@@ -1,0 +1,171 @@
+"""The extender's verbs on kube-scheduler 1.20's wire types (k8s.io/kube-scheduler/extender/v1:
+ExtenderArgs, ExtenderFilterResult, HostPriorityList, ExtenderBindingArgs/Result), as plain
+JSON values. Pure but for the cache and the binder they are given.
+
+filter keeps a node when the node's own engine admits the whole pod there, under the node's
+policy and scope, on its ledger plus the pods already sent there (assumed); each dropped node
+gets the engine's refusal line. prioritize ranks the admitted nodes: fewer NUMA nodes first,
+then the CPUs left free (least allocated, the default) or taken (most allocated). bind admits
+once more on the chosen node, holds the pod as assumed there, records the NUMA nodes the
+simulation chose on the pod and binds it. Nodes without a publication pass through: kept by
+filter, scored 0 by prioritize, bound without an annotation.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+from nri_numa.engine.admit import admit
+from nri_numa.engine.decision import Decision
+from nri_numa.engine.manifest import pod_from_manifest
+from nri_numa.engine.request import PodRequest, RequestError
+from nri_numa.extender.cache import NodeCache
+from nri_numa.safeio.bounds import BoundError
+from nri_numa.topology.cpulist import format_list
+
+MAX_PRIORITY = 10  # extenderv1.MaxExtenderPriority in 1.20
+CHOSEN_NUMA_ANNOTATION = "numa.nri.io/scheduled-numa-nodes"
+MAX_PODS_REMEMBERED = 4096  # filter's pods kept for bind, which names the pod but sends no spec
+
+
+class Packing(StrEnum):
+    LEAST_ALLOCATED = "LeastAllocated"
+    MOST_ALLOCATED = "MostAllocated"
+
+
+class VerbError(ValueError):
+    """A request the extender cannot read; the message is one line for the Error field."""
+
+
+# Binds ``(namespace, name, uid, node, annotations)`` through the API server; raises with a
+# one-line message when it cannot.
+Binder = Callable[[str, str, str, str, Mapping[str, str]], None]
+
+
+@dataclass(frozen=True)
+class Verdict:
+    node: str
+    decision: Decision | None  # None: the node publishes nothing, passed through
+
+    @property
+    def admitted(self) -> bool:
+        return self.decision is None or self.decision.admitted
+
+
+def numa_nodes_of(decision: Decision) -> frozenset[int]:
+    """The NUMA nodes the decision's placements are aligned to: their hints' affinity."""
+    nodes: set[int] = set()
+    for p in decision.placements:
+        if p.hint.affinity is not None:
+            nodes |= p.hint.affinity
+    return frozenset(nodes)
+
+
+class Extender:
+    def __init__(self, cache: NodeCache, binder: Binder | None = None,
+                 packing: Packing = Packing.LEAST_ALLOCATED) -> None:
+        self.cache = cache
+        self.binder = binder
+        self.packing = Packing(packing)
+        self._pods: OrderedDict[str, PodRequest] = OrderedDict()
+        self._lock = threading.Lock()
+
+    # --- the engine on one node ------------------------------------------------------------
+
+    def verdict(self, node: str, pod: PodRequest) -> Verdict:
+        entry = self.cache.entry(node)
+        if entry is None:
+            return Verdict(node, None)
+        if pod.uid in entry.working.pods:  # already sent here: a retried cycle
+            return Verdict(node, Decision(pod.uid, "", "", ()))
+        return Verdict(node, admit(entry.ctx, entry.working, pod).decision)
+
+    # --- verbs -----------------------------------------------------------------------------
+
+    def filter(self, args: Any) -> dict[str, Any]:
+        try:
+            pod, names = self._read(args)
+        except VerbError as e:
+            return {"NodeNames": None, "FailedNodes": {}, "Error": str(e)}
+        kept, failed = [], {}
+        for name in names:
+            if (problem := self.cache.problem(name)) is not None:
+                failed[name] = problem
+                continue
+            verdict = self.verdict(name, pod)
+            if verdict.admitted:
+                kept.append(name)
+            else:
+                failed[name] = f"nri-numa: {verdict.decision.rejection.message}"
+        return {"NodeNames": kept, "FailedNodes": failed, "Error": ""}
+
+    def prioritize(self, args: Any) -> list[dict[str, Any]]:
+        try:
+            pod, names = self._read(args)
+        except VerbError:
+            return []
+        return [{"Host": name, "Score": self.score(self.verdict(name, pod))} for name in names]
+
+    def score(self, verdict: Verdict) -> int:
+        if verdict.decision is None or not verdict.decision.admitted:
+            return 0
+        entry = self.cache.entry(verdict.node)
+        spread = max(1, len(numa_nodes_of(verdict.decision)))
+        alignment = max(0, 6 - 2 * (spread - 1))  # 6 for one NUMA node, 4 for two, ...
+        total = max(1, len(entry.ctx.cpus.cpus) if entry else 1)
+        free = len(verdict.decision.shared_pool) / total if verdict.decision.shared_pool else 0
+        taken = 1.0 - free
+        fill = round(4 * (free if self.packing is Packing.LEAST_ALLOCATED else taken))
+        return min(MAX_PRIORITY, alignment + fill)
+
+    def bind(self, args: Any) -> dict[str, str]:
+        if not isinstance(args, Mapping):
+            return {"Error": "bind: the request must be a JSON object"}
+        fields = [args.get(k) for k in ("PodNamespace", "PodName", "PodUID", "Node")]
+        if not all(isinstance(v, str) and 0 < len(v) <= 1024 for v in fields):
+            return {"Error": "bind: PodNamespace, PodName, PodUID and Node must be names"}
+        namespace, name, uid, node = fields
+        with self._lock:
+            pod = self._pods.get(uid)
+        annotations: dict[str, str] = {}
+        if pod is not None:
+            result = self.cache.assume(node, pod)
+            if result is not None and not result.decision.admitted:
+                return {"Error": f"nri-numa: node {node} no longer admits pod "
+                                 f"{namespace}/{name}: {result.decision.rejection.message}"}
+            if result is not None and (chosen := numa_nodes_of(result.decision)):
+                annotations[CHOSEN_NUMA_ANNOTATION] = format_list(chosen)
+        if self.binder is None:
+            return {"Error": ""}
+        try:
+            self.binder(namespace, name, uid, node, annotations)
+        except Exception as e:  # the API server's answer, whatever its type: one line back
+            return {"Error": f"bind {namespace}/{name} to {node}: {' '.join(str(e).split())[:300]}"}
+        return {"Error": ""}
+
+    # --- reading ExtenderArgs ----------------------------------------------------------------
+
+    def _read(self, args: Any) -> tuple[PodRequest, list[str]]:
+        if not isinstance(args, Mapping):
+            raise VerbError("the request must be a JSON object (ExtenderArgs)")
+        names = args.get("NodeNames")
+        if names is None and isinstance(args.get("Nodes"), Mapping):  # not nodeCacheCapable
+            items = args["Nodes"].get("items") or []
+            names = [((n or {}).get("metadata") or {}).get("name") for n in items]
+        if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+            raise VerbError("NodeNames must be a list of node names")
+        try:
+            pod = pod_from_manifest(args.get("Pod"))
+        except (RequestError, BoundError, ValueError) as e:
+            raise VerbError(f"Pod: {' '.join(str(e).split())[:300]}") from None
+        with self._lock:
+            self._pods[pod.uid] = pod
+            self._pods.move_to_end(pod.uid)
+            while len(self._pods) > MAX_PODS_REMEMBERED:
+                self._pods.popitem(last=False)
+        return pod, names
