@@ -53,6 +53,8 @@ SETTINGS_KEY = "nriNuma"  # nri_numa.agent.settings.SECTION, named here to keep 
 class ConfigDocument:
     engine: EngineConfig
     settings: object  # the nriNuma map as written (None: absent); agent.settings checks it
+    # KubeletConfiguration keys in the file that nri-numa has no use for (a kubelet's own file)
+    ignored_kubelet_keys: tuple[str, ...] = ()
 
 
 def read_config_file(path: Path) -> EngineConfig:
@@ -74,7 +76,7 @@ def config_document(text: str, where: str) -> ConfigDocument:
     # The engine is imported here, not at the top: reading a topology file (`nri-numa
     # topology --topology`) needs none of it.
     from nri_numa.engine.config import ConfigError
-    from nri_numa.engine.config_reader import config_from_mapping
+    from nri_numa.engine.config_reader import read_kubelet_configuration
 
     documents = [d for d in yaml_documents(text, where) if d is not None]
     if len(documents) > 1:
@@ -86,7 +88,8 @@ def config_document(text: str, where: str) -> ConfigDocument:
         settings = mapping.pop(SETTINGS_KEY, None)
         _check_settings_key_spelling(mapping, where)
     try:
-        return ConfigDocument(config_from_mapping(mapping), settings)
+        engine, ignored = read_kubelet_configuration(mapping)
+        return ConfigDocument(engine, settings, ignored)
     except ConfigError as e:
         raise InputFileError(f"{where}: {join_problems(e.problems)}") from None
 

@@ -7,16 +7,22 @@ agent serves, the handler raises ``Stopped``: it unwinds whatever runs, a blocki
 included, through the ``finally`` blocks that release the lock. Once the agent serves, the
 handler calls the stop it was given instead (close the session, let the handler under way
 finish), since an exception raised there could land anywhere in the serving threads' set-up.
+
+SIGHUP asks for the configuration to be read again (nri_numa.nri.config_reload). Its handler only
+sets ``reload_requested``: the reading happens on the reloader's thread, never inside a handler,
+and a SIGHUP during start-up (whose default action would end the process) is kept for then.
 """
 
 from __future__ import annotations
 
 import signal
+import threading
 from collections.abc import Callable
 from types import FrameType
 from typing import Any
 
 SIGNALS = (signal.SIGTERM, signal.SIGINT)
+RELOAD_SIGNAL = signal.SIGHUP
 
 
 class Stopped(BaseException):
@@ -32,8 +38,10 @@ class StopSignals:
         self._stop: Callable[[], None] | None = None
         self.requested = False
         self._previous: dict[int, Any] = {}
+        self.reload_requested = threading.Event()
         for sig in SIGNALS:
             self._previous[sig] = signal.signal(sig, self._on_signal)
+        self._previous[RELOAD_SIGNAL] = signal.signal(RELOAD_SIGNAL, self._on_reload)
 
     def serving(self, stop: Callable[[], None]) -> None:
         """From now on a signal calls ``stop`` instead of raising."""
@@ -42,6 +50,9 @@ class StopSignals:
     def restore(self) -> None:
         for sig, handler in self._previous.items():
             signal.signal(sig, handler)
+
+    def _on_reload(self, signum: int, frame: FrameType | None) -> None:
+        self.reload_requested.set()
 
     def _on_signal(self, signum: int, frame: FrameType | None) -> None:
         self.requested = True

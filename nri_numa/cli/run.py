@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -11,6 +12,7 @@ from nri_numa.cli.errors import CliError
 if TYPE_CHECKING:
     from nri_numa.agent.settings import AgentSettings
     from nri_numa.agent.signals import StopSignals
+    from nri_numa.nri.config_reload import Reread
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -57,6 +59,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--log-level", choices=("debug", "info", "warning", "error"),
                    help="(default info)")
     p.add_argument("--log-file", metavar="FILE", help="log here instead of standard error")
+    p.add_argument("--watch-config", action="store_true",
+                   help="read --config again whenever the file changes, as on SIGHUP (log, "
+                        "metrics and placement options apply at once; a policy change waits "
+                        "until no placed container runs)")
     k8s = p.add_argument_group("Kubernetes (docs/kubernetes.md)")
     k8s.add_argument("--kubeconfig", metavar="FILE",
                      help="keep this node's NodeResourceTopology object in the cluster this "
@@ -105,11 +111,28 @@ def _start(args: argparse.Namespace, signals: StopSignals) -> int:
         configure(settings.log_level, settings.log_format, settings.log_file)
     except LogSetupError as e:
         raise CliError(str(e)) from None
+    options = DaemonOptions.from_settings(settings, config_file)
+    if config_file is not None:
+        options = replace(options, reread=lambda: _reread(args, config_file),
+                          watch_config=args.watch_config)
+    elif args.watch_config:
+        raise CliError("--watch-config needs --config FILE")
     try:
-        run(DaemonOptions.from_settings(settings, config_file), signals=signals)
+        run(options, signals=signals)
     except DaemonError as e:
         raise CliError(str(e)) from None
     return 0
+
+
+def _reread(args: argparse.Namespace, config_file: Path) -> Reread:
+    """The file read again, the flags still winning; ValueError (one line) when it is bad."""
+    from nri_numa.agent.inputs import read_config_document
+    from nri_numa.agent.settings import resolve
+    from nri_numa.nri.config_reload import Reread
+
+    document = read_config_document(config_file)
+    settings = resolve(document.settings, str(config_file), _flags(args))
+    return Reread(document.engine, settings, document.ignored_kubelet_keys)
 
 
 def _run_settings(args: argparse.Namespace, config_file: Path | None) -> AgentSettings:
@@ -124,19 +147,22 @@ def _run_settings(args: argparse.Namespace, config_file: Path | None) -> AgentSe
             section = read_config_document(config_file).settings
         except InputFileError as e:
             raise CliError(str(e)) from None
-    flags = {"nri_socket": args.nri_socket, "state_dir": args.state_dir,
-             "topology_file": args.topology, "plugin_name": args.name,
-             "plugin_index": args.index, "metrics_address": args.metrics_address,
-             "log_format": args.log_format, "log_level": args.log_level,
-             "log_file": args.log_file, "pod_resources_socket": args.pod_resources_socket,
-             "dev_root": args.dev_root, "device_injection": args.device_injection,
-             "cdi_spec_dirs": args.cdi_spec_dirs, "kubeconfig": args.kubeconfig,
-             "node_name": args.node_name, "nrt_export": args.nrt_export,
-             "nrt_resync_period": args.nrt_resync_period,
-             "evict_refused_pods": args.evict_refused_pods,
-             "evict_after_refusals": args.evict_after_refusals,
-             "eviction_delay": args.eviction_delay}
     try:
-        return resolve(section, str(config_file), flags)
+        return resolve(section, str(config_file), _flags(args))
     except SettingsError as e:
         raise CliError(str(e)) from None
+
+
+def _flags(args: argparse.Namespace) -> dict[str, str | None]:
+    return {"nri_socket": args.nri_socket, "state_dir": args.state_dir,
+            "topology_file": args.topology, "plugin_name": args.name,
+            "plugin_index": args.index, "metrics_address": args.metrics_address,
+            "log_format": args.log_format, "log_level": args.log_level,
+            "log_file": args.log_file, "pod_resources_socket": args.pod_resources_socket,
+            "dev_root": args.dev_root, "device_injection": args.device_injection,
+            "cdi_spec_dirs": args.cdi_spec_dirs, "kubeconfig": args.kubeconfig,
+            "node_name": args.node_name, "nrt_export": args.nrt_export,
+            "nrt_resync_period": args.nrt_resync_period,
+            "evict_refused_pods": args.evict_refused_pods,
+            "evict_after_refusals": args.evict_after_refusals,
+            "eviction_delay": args.eviction_delay}

@@ -18,6 +18,7 @@ from typing import Any
 from nri_numa.engine.config import (ConfigError, CpuManagerPolicy, EngineConfig,
                                     MemoryManagerPolicy, MemoryReservation, TopologyPolicy,
                                     TopologyScope, not_one_of)
+from nri_numa.engine.kubelet_keys import IGNORED_KUBELET_KEYS
 from nri_numa.engine.quantity import QuantityError, resource_amount
 from nri_numa.safeio.bounds import clip, quote
 from nri_numa.topology.cpulist import MAX_ID, ListFormatError, parse_list
@@ -30,36 +31,75 @@ RESERVABLE = ("cpu", "memory", "ephemeral-storage", "pid")  # kubeReserved / sys
 def config_from_mapping(obj: Any) -> EngineConfig:
     """An EngineConfig from a parsed mapping with KubeletConfiguration keys; absent keys keep
     their defaults. Raises ConfigError listing every problem found."""
+    return read_kubelet_configuration(obj)[0]
+
+
+def read_kubelet_configuration(obj: Any) -> tuple[EngineConfig, tuple[str, ...]]:
+    """The EngineConfig of a whole KubeletConfiguration, and the kubelet keys in it that
+    nri-numa has no use for (sorted). A key that is neither read nor a kubelet key is a
+    problem; ConfigError lists every problem, the checks of the values read included."""
     if obj is None:
         obj = {}
     if not isinstance(obj, Mapping):
         raise ConfigError([f"the configuration must be a map of keys, not {type(obj).__name__}"])
     problems: list[str] = []
     values: dict[str, Any] = {}
+    ignored: list[str] = []
+    bad_keys: set[str] = set()
+    unknown: list[Any] = []
     for key, raw in obj.items():
         reader = _READERS.get(key)
         if reader is None:
-            problems.append(_unknown_key(key))
+            if isinstance(key, str) and key in IGNORED_KUBELET_KEYS:
+                ignored.append(key)
+            else:
+                unknown.append(key)
             continue
         try:
             values.update(reader(key, raw))
         except _KeyProblem as e:
             problems.append(f"{key}: {e}")
+            bad_keys.add(key)
+    # The known keys are listed for a lone unknown key: several typos must fit on one line.
+    problems[:0] = [_unknown_key(key, listed=len(unknown) == 1) for key in unknown]
+    try:
+        config = EngineConfig(**values)
+    except ConfigError as e:
+        # Checks across keys (static without reserved CPUs...) are reported with the key
+        # problems, not after they are fixed; a check on a key whose value was refused would
+        # judge its default instead, so it is left out.
+        problems += [p for p in e.problems
+                     if not ({_problem_key(p)} | _JUDGED_WITH.get(_problem_key(p), set()))
+                     & bad_keys]
+        if not problems:
+            raise
     if problems:
         raise ConfigError(problems)
-    return EngineConfig(**values)
+    return config, tuple(sorted(ignored))
+
+
+# The keys a policy's own check reads besides the policy (config.py's cross-key checks).
+_JUDGED_WITH = {"cpuManagerPolicy": {"reservedSystemCPUs", "kubeReserved", "systemReserved"},
+                "memoryManagerPolicy": {"reservedMemory"}}
+
+
+def _problem_key(problem: str) -> str:
+    return re.split(r"[:\[]", problem, maxsplit=1)[0]
 
 
 class _KeyProblem(Exception):
     """One key's value is wrong; config_from_mapping prefixes the key."""
 
 
-def _unknown_key(key: Any) -> str:
+def _unknown_key(key: Any, listed: bool = True) -> str:
     # A key longer than any known one is no typo of one: difflib is not asked.
     text = key if isinstance(key, str) else quote(key)
-    close = difflib.get_close_matches(text, KNOWN_KEYS, n=1) if len(text) <= 64 else []
+    # The kubelet's other keys are candidates too: "evictonHard" is a typo of one of them.
+    candidates = [*KNOWN_KEYS, *sorted(IGNORED_KUBELET_KEYS)]
+    close = difflib.get_close_matches(text, candidates, n=1) if len(text) <= 64 else []
     hint = f"; did you mean {close[0]}?" if close else ""
-    return f"unknown key {quote(key)}{hint} (known keys: {', '.join(KNOWN_KEYS)})"
+    known = f" (known keys: {', '.join(KNOWN_KEYS)})" if listed else ""
+    return f"unknown key {quote(key)}{hint}{known}"
 
 
 def _choice(enum: type[StrEnum]) -> Callable[[str, Any], dict[str, Any]]:

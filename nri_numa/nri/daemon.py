@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from nri_numa.agent.inputs import InputFileError, read_config_file, read_topology_file
+from nri_numa.agent.inputs import InputFileError, read_config_document, read_topology_file
 from nri_numa.agent.metrics import (NO_METRICS, MetricsError, MetricsServer, NoMetrics,
                                     PluginMetrics)
 from nri_numa.agent.signals import StopSignals, Stopped
@@ -34,6 +34,7 @@ from nri_numa.agent.settings import (DEFAULT_CDI_SPEC_DIRS, DEFAULT_DEV_ROOT,
                                      DEFAULT_SOCKET, DEFAULT_STATE_DIR, AgentSettings,
                                      MetricsAddress)
 from nri_numa.engine.config import ConfigError, EngineConfig
+from nri_numa.nri.config_reload import ConfigReloader, LiveTargets, Reread
 from nri_numa.nri.drift_repair import DriftRepair
 from nri_numa.nri.pb import api_pb2 as api
 from nri_numa.nri.plugin import NumaPlugin, OnRefusal
@@ -90,6 +91,11 @@ class DaemonOptions:
     evict_refused_pods: bool = True
     evict_after_refusals: int = 3
     eviction_delay: float = 30.0
+    # Reading the config file again (SIGHUP; --watch-config polls it): the settings in use and
+    # how to read them afresh. None: SIGHUP is logged and changes nothing.
+    settings: AgentSettings | None = None
+    reread: Callable[[], Reread] | None = None
+    watch_config: bool = False
 
     @classmethod
     def from_settings(cls, settings: AgentSettings, config_file: Path | None) -> DaemonOptions:
@@ -106,7 +112,7 @@ class DaemonOptions:
                    nrt_resync_period=settings.nrt_resync_period,
                    evict_refused_pods=settings.evict_refused_pods,
                    evict_after_refusals=settings.evict_after_refusals,
-                   eviction_delay=settings.eviction_delay)
+                   eviction_delay=settings.eviction_delay, settings=settings)
 
 
 def backoff_delays(first: float = BACKOFF_FIRST, cap: float = BACKOFF_CAP,
@@ -256,9 +262,18 @@ def load_config(path: Path | None) -> EngineConfig:
     if path is None:
         return EngineConfig()
     try:
-        return read_config_file(path)
+        document = read_config_document(path)
     except InputFileError as e:
         raise DaemonError(str(e)) from None
+    log_ignored_keys(path, document.ignored_kubelet_keys)
+    return document.engine
+
+
+def log_ignored_keys(path: Path, keys: tuple[str, ...]) -> None:
+    """One line for the kubelet's keys nri-numa leaves to the kubelet (a kubelet's own file)."""
+    if keys:
+        log.info("%s: %d KubeletConfiguration keys ignored (the kubelet's, not used by "
+                 "nri-numa): %s", path, len(keys), ", ".join(keys))
 
 
 def plugin_store(state_dir: Path, topology: Topology) -> CheckpointStore:
@@ -297,6 +312,7 @@ def _run(options: DaemonOptions, environ: dict[str, str], signals: StopSignals) 
     server: MetricsServer | None = None
     feed: ClusterFeed | None = None
     drift: DriftRepair | None = None
+    reloader: ConfigReloader | None = None
     plan = _export_plan(options, environ)
     try:  # from here on a stop (Stopped included) releases the lock
         sender = UpdateSender()
@@ -323,8 +339,22 @@ def _run(options: DaemonOptions, environ: dict[str, str], signals: StopSignals) 
         drift.start()
         if isinstance(metrics, PluginMetrics) and options.metrics_address is not None:
             server = _serve_metrics(metrics, options.metrics_address, options.metrics_optional)
+
+        def move_metrics(address: MetricsAddress | None) -> None:
+            nonlocal server
+            if address is not None and not isinstance(metrics, PluginMetrics):
+                raise DaemonError("metrics were off at start; a restart turns them on")
+            if server is not None:
+                server.stop()
+                server = None
+            if address is not None and isinstance(metrics, PluginMetrics):
+                server = _serve_metrics(metrics, address, optional=False)
+
+        reloader = _start_reloader(options, plugin, signals, move_metrics)
         _serve_until_signalled(Daemon(plugin, sender, options), options, environ, signals)
     finally:
+        if reloader is not None:
+            reloader.stop()
         if drift is not None:
             drift.stop()
         if server is not None:
@@ -335,6 +365,23 @@ def _run(options: DaemonOptions, environ: dict[str, str], signals: StopSignals) 
             sender.stop()
         store.unlock()
     log.info("nri-numa stopped")
+
+
+def _start_reloader(options: DaemonOptions, plugin: NumaPlugin, signals: StopSignals,
+                    move_metrics: Callable[[MetricsAddress | None], None]
+                    ) -> ConfigReloader | None:
+    """The thread that reads the config file again on SIGHUP (or when it changes)."""
+    if options.config_file is None or options.reread is None or options.settings is None:
+        return None
+    from nri_numa.agent.logs import configure
+
+    reloader = ConfigReloader(options.config_file, options.reread, options.settings,
+                              LiveTargets(plugin.reload, configure, move_metrics),
+                              signals.reload_requested, watch=options.watch_config)
+    reloader.start()
+    if options.watch_config:
+        log.info("watching %s: a change is read like a SIGHUP", options.config_file)
+    return reloader
 
 
 def _export_plan(options: DaemonOptions, environ: dict[str, str]) -> ExportPlan | None:

@@ -324,7 +324,14 @@ class NumaPlugin:
 
     # --- configuration and persistence ------------------------------------------------------
 
-    def _reconfigure(self, config: EngineConfig) -> None:
+    def reload(self, config: EngineConfig, where: str) -> None:
+        """A configuration re-read while the agent runs (SIGHUP, --watch-config): applied as a
+        runtime's Configure is, refused (PluginError, ledger untouched) where it would change
+        what placed containers hold."""
+        with self._lock:
+            self._reconfigure(config, where)
+
+    def _reconfigure(self, config: EngineConfig, source: str = "the runtime") -> None:
         records = self._records
         if config == records.ledger.ctx.config:
             return
@@ -347,7 +354,7 @@ class NumaPlugin:
             records.pods.clear()
         self._state_file.configured(ctx)
         self._on_change()
-        log.info("configuration from the runtime: topology policy %s, CPU manager %s",
+        log.info("configuration from %s: topology policy %s, CPU manager %s", source,
                  config.topology_manager_policy, config.cpu_manager_policy)
 
     @contextmanager
