@@ -10,9 +10,9 @@ cgroup v1 tree and a /proc on tmpfs), so the figure is the hook's own cost, not 
 bench needs neither root nor a runtime. The ledger already holds ``--containers`` placed
 containers (half exclusive, half shared, the shared ones moved by every run), and the machine is
 a synthetic preset given with ``--topology`` as the hook's installation would. Alongside: the
-interpreter's own start (``python -c pass`` with the venv's interpreter, and ``python3 -c pass``
-and ``python3 -I -S -c pass`` with the system's: no site, no user paths, the floor of any Python
-client) and the import of the hook's modules, which bound what the hook itself can save. Every series runs twice: hooks in process, then with
+interpreter's own start (``python -c pass`` and ``python -I -S -c pass``, no site and no user
+paths: the floor of any Python client; both the venv's interpreter, named by its path: a
+``python3`` found on PATH may be a shim, pyenv's costs 100 ms) and the import of the hook's modules, which bound what the hook itself can save. Every series runs twice: hooks in process, then with
 ``nri-numa hook-daemon`` running (started here), where the hook process only forwards its run.
 Target, with the daemon: p50 of createRuntime ≤ 120 ms over ≥ 50 runs.
 """
@@ -135,8 +135,7 @@ def main() -> int:
         if in_process is None or served is None:
             return 1
         bare = [timed([sys.executable, "-c", "pass"]) for _ in range(20)]
-        system = [timed(["python3", "-c", "pass"]) for _ in range(20)]
-        isolated = [timed(["python3", "-I", "-S", "-c", "pass"]) for _ in range(20)]
+        isolated = [timed([sys.executable, "-I", "-S", "-c", "pass"]) for _ in range(20)]
         imports = [timed([sys.executable, "-c", "import nri_numa.hook.stages, nri_numa.cli"])
                    for _ in range(20)]
     p50 = statistics.median(r.wall_ms for r in served[0])
@@ -147,9 +146,8 @@ def main() -> int:
     print(summary("poststop", in_process[1]))
     print(summary("hook-daemon running: createRuntime", served[0]))
     print(summary("hook-daemon running: poststop", served[1]))
-    print(summary("python -c pass (venv)", bare))
-    print(summary("python3 -c pass", system))
-    print(summary("python3 -I -S -c pass", isolated))
+    print(summary("python -c pass", bare))
+    print(summary("python -I -S -c pass", isolated))
     print(summary("python: import the hook's modules", imports))
     print(f"  load average now: {' '.join(f'{x:.2f}' for x in os.getloadavg())} (wall times "
           "grow with it; the CPU times much less)")
