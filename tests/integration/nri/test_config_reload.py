@@ -27,18 +27,20 @@ from tests.tmpfs import fast_tmp
 
 REPO = Path(__file__).resolve().parents[3]
 KUBELET_FILE = ("apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n"
-                "evictionHard: {memory.available: 100Mi}\nstaticPodPath: /etc/kubernetes/manifests\n"
+                "evictionHard: {memory.available: 100Mi}\n"
+                "staticPodPath: /etc/kubernetes/manifests\n"
                 + "".join(f"{k}: {v!r}\n" for k, v in CONFIG.items()))
 
 
 class Agent:
     """A running `nri-numa run` whose standard error is read line by line."""
 
-    def __init__(self, scratch: Path, *args: str) -> None:
+    def __init__(self, scratch: Path, *args: str, metrics: tuple[str, ...] = (
+            "--metrics-address", "off")) -> None:
         self.process = subprocess.Popen(
             [sys.executable, "-m", "nri_numa", "run", "--topology", str(scratch / "node.json"),
              "--nri-socket", str(scratch / "absent.sock"), "--state-dir", str(scratch / "state"),
-             "--metrics-address", "off", "--config", str(scratch / "config.yaml"), *args],
+             *metrics, "--config", str(scratch / "config.yaml"), *args],
             cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)}, text=True,
             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         self.lines: queue.Queue[str] = queue.Queue()
@@ -132,5 +134,33 @@ def test_settings_that_need_a_restart_are_named(scratch):
         agent.process.send_signal(signal.SIGHUP)
         line = agent.wait_for("configuration reloaded")
         assert "pluginIndex will change at the next start" in line
+    finally:
+        assert agent.stop() == 0
+
+
+def test_sighup_moves_and_stops_the_metrics_server(scratch):
+    import urllib.error
+    import urllib.request
+
+    def scrape(url: str) -> str:
+        with urllib.request.urlopen(url, timeout=10) as response:
+            return response.read().decode()
+
+    any_port = KUBELET_FILE + "nriNuma:\n  metricsAddress: 127.0.0.1:0\n"
+    (scratch / "config.yaml").write_text(any_port)
+    agent = Agent(scratch, metrics=())
+    try:
+        first = agent.wait_for("metrics served on").split("metrics served on ")[1].strip()
+        assert "nri_numa_" in scrape(first)
+        (scratch / "config.yaml").write_text(KUBELET_FILE + "nriNuma:\n  metricsAddress: 'off'\n")
+        agent.process.send_signal(signal.SIGHUP)
+        agent.wait_for("configuration reloaded")
+        with pytest.raises(urllib.error.URLError):
+            scrape(first)
+        (scratch / "config.yaml").write_text(any_port)
+        agent.process.send_signal(signal.SIGHUP)
+        second = agent.wait_for("metrics served on").split("metrics served on ")[1].strip()
+        agent.wait_for("configuration reloaded")
+        assert "nri_numa_" in scrape(second)
     finally:
         assert agent.stop() == 0
