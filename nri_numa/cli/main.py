@@ -8,11 +8,13 @@ import os
 import sys
 
 from nri_numa import __version__
-from nri_numa.cli import explain, generate, hook, hook_daemon, presets, run, simulate, state, topology
+from nri_numa.cli import (explain, generate, hook, hook_daemon, presets, run, scheduler_extender,
+                          simulate, state, topology)
 from nri_numa.cli.errors import CliError
 from nri_numa.safeio.bounds import LINE_LIMIT, one_line
 
-COMMANDS = (topology, generate, simulate, explain, run, hook, hook_daemon, state, presets)
+COMMANDS = (topology, generate, simulate, explain, run, hook, hook_daemon, state, presets,
+            scheduler_extender)
 
 
 def build_parser() -> argparse.ArgumentParser:

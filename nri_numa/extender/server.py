@@ -43,6 +43,13 @@ class _Handler(BaseHTTPRequestHandler):
             self._send(404, b"not found\n", "text/plain")
 
     def do_POST(self) -> None:
+        length = self.headers.get("Content-Length", "")
+        if not length.isdigit() or int(length) > MAX_BODY:
+            self.close_connection = True  # the body is not read: the connection cannot go on
+            self._send(400, f"Content-Length must be a number of bytes up to {MAX_BODY}\n"
+                       .encode(), "text/plain")
+            return
+        body = self.rfile.read(int(length))  # even for an unknown verb: the next request follows
         verb = self.path[len(self.server.prefix):] if self.path.startswith(
             self.server.prefix) else ""
         handler = {"/filter": self.server.extender.filter,
@@ -51,13 +58,6 @@ class _Handler(BaseHTTPRequestHandler):
         if handler is None:
             self._send(404, f"no verb {self.path[:80]!r}\n".encode(), "text/plain")
             return
-        length = self.headers.get("Content-Length", "")
-        if not length.isdigit() or int(length) > MAX_BODY:
-            self.close_connection = True
-            self._send(400, f"Content-Length must be a number of bytes up to {MAX_BODY}\n"
-                       .encode(), "text/plain")
-            return
-        body = self.rfile.read(int(length))
         try:
             args = load_json(body, "request")
         except DocumentError as e:

@@ -1,0 +1,78 @@
+"""``nri-numa scheduler-extender``: the kube-scheduler extender that runs each node's own engine
+on the state the node publishes (docs/scheduler-extender.md)."""
+
+from __future__ import annotations
+
+import argparse
+
+from nri_numa.cli.errors import CliError
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "scheduler-extender",
+        help="serve kube-scheduler's extender verbs (filter, prioritize, bind) with each "
+             "node's own engine",
+        description="An HTTP kube-scheduler extender (the v1.20 wire API): filter keeps the "
+                    "nodes whose published nri-numa state admits the pod, with each dropped "
+                    "node's reason; prioritize prefers fewer NUMA nodes, then least or most "
+                    "allocated; bind holds the pod as assumed on its node, records the chosen "
+                    "NUMA nodes on it (numa.nri.io/scheduled-numa-nodes) and binds it.")
+    p.add_argument("--listen", default="127.0.0.1:8888", metavar="HOST:PORT",
+                   help="address to serve on (default 127.0.0.1:8888)")
+    p.add_argument("--prefix", default="/nri-numa",
+                   help="URL prefix of the verbs, the urlPrefix's path (default /nri-numa)")
+    p.add_argument("--kubeconfig", help="kubeconfig file (default: the pod's service account)")
+    p.add_argument("--packing", choices=("LeastAllocated", "MostAllocated"),
+                   default="LeastAllocated",
+                   help="among equally aligned nodes, prefer the emptiest (default) or fullest")
+    p.add_argument("--assume-seconds", type=float, default=30.0,
+                   help="how long a bound pod counts on its node before the node's publication "
+                        "shows it (default 30)")
+    p.set_defaults(func=cmd_scheduler_extender)
+
+
+def _address(text: str) -> tuple[str, int]:
+    host, _, port = text.rpartition(":")
+    if not host or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise CliError(f"--listen: {text[:60]!r} is not HOST:PORT")
+    return host.strip("[]"), int(port)
+
+
+def cmd_scheduler_extender(args: argparse.Namespace) -> int:
+    import logging
+
+    from nri_numa.extender.cache import NodeCache
+    from nri_numa.extender.server import ExtenderServer
+    from nri_numa.extender.verbs import Extender, Packing
+
+    if not 0 < args.assume_seconds <= 3600:
+        raise CliError("--assume-seconds: must be more than 0 and at most 3600")
+    address = _address(args.listen)
+    try:
+        from nri_numa.cluster.export_process import api_client
+        from nri_numa.extender.watch import ApiBinder, started, wait_synced
+    except ImportError as e:
+        raise CliError(f"the kubernetes client is not installed (the cluster extra): {e}") from None
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    try:
+        client = api_client(args.kubeconfig)
+    except Exception as e:  # the client's config errors have no common type
+        raise CliError(f"--kubeconfig: {' '.join(str(e).split())[:200]}") from None
+    cache = NodeCache(assume_seconds=args.assume_seconds)
+    started(client, cache)
+    wait_synced(cache, 5.0)
+    try:
+        server = ExtenderServer(address, Extender(cache, ApiBinder(client), Packing(args.packing)),
+                                prefix=args.prefix)
+    except OSError as e:
+        raise CliError(f"--listen {args.listen}: {e.strerror or e}") from None
+    logging.getLogger(__name__).info("serving on %s:%d%s for %d nodes", *server.server_address[:2],
+                                     args.prefix, len(cache.nodes()))
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.server_close()
+    return 0
