@@ -85,6 +85,9 @@ class AgentSettings:
     evict_refused_pods: bool = True
     evict_after_refusals: int = 3
     eviction_delay: float = 30.0
+    # The kubelet's root: its cpu_manager_state is adopted at the first Synchronize
+    # (docs/migrating-from-kubelet.md). None: /var/lib/kubelet when it has one.
+    kubelet_state_dir: Path | None = None
     given: frozenset[str] = frozenset()  # the fields the file or the flags set
 
 
@@ -248,6 +251,7 @@ KEYS = (
     _Key("evictRefusedPods", "--evict-refused-pods", "evict_refused_pods", _flag),
     _Key("evictAfterRefusals", "--evict-after-refusals", "evict_after_refusals", _count),
     _Key("evictionDelay", "--eviction-delay", "eviction_delay", _seconds_from(0.0)),
+    _Key("kubeletStateDir", "--kubelet-state-dir", "kubelet_state_dir", _optional_path),
 )
 _BY_NAME = {k.name: k for k in KEYS}
 _BY_FIELD = {k.field: k for k in KEYS}

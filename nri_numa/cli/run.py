@@ -76,6 +76,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     k8s.add_argument("--nrt-resync-period", metavar="SECONDS",
                      help="how often the object is read back and mended when someone else "
                           "changed it (default 60)")
+    p.add_argument("--kubelet-state-dir", metavar="DIR",
+                   help="the kubelet's root: the CPUs its static policy gave running containers "
+                        "(DIR/cpu_manager_state) are kept at the first Synchronize instead of "
+                        "placing them anew (default /var/lib/kubelet when it has that file)")
     k8s.add_argument("--evict-refused-pods", choices=("true", "false"),
                      help="evict a refused pod that a controller owns, so that it is made again "
                           "and can be scheduled elsewhere (default true; a bare pod is never "
@@ -165,4 +169,5 @@ def _flags(args: argparse.Namespace) -> dict[str, str | None]:
             "nrt_resync_period": args.nrt_resync_period,
             "evict_refused_pods": args.evict_refused_pods,
             "evict_after_refusals": args.evict_after_refusals,
-            "eviction_delay": args.eviction_delay}
+            "eviction_delay": args.eviction_delay,
+            "kubelet_state_dir": args.kubelet_state_dir}

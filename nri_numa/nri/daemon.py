@@ -50,6 +50,7 @@ from nri_numa.topology.model import Topology
 if TYPE_CHECKING:
     from nri_numa.cluster.feed import ClusterFeed
     from nri_numa.cluster.start import ExportPlan
+    from nri_numa.state.kubelet_checkpoints import KubeletCpuState
 
 log = logging.getLogger(__name__)
 
@@ -61,6 +62,7 @@ BACKOFF_CAP = 30.0
 # Where started containers' cpusets are read back (nri_numa.nri.start_check); the DaemonSet
 # mounts the host's /sys.
 CGROUP_ROOT = Path("/sys/fs/cgroup")
+KUBELET_ROOT = Path("/var/lib/kubelet")
 
 
 class DaemonError(Exception):
@@ -91,6 +93,7 @@ class DaemonOptions:
     evict_refused_pods: bool = True
     evict_after_refusals: int = 3
     eviction_delay: float = 30.0
+    kubelet_state_dir: Path | None = None  # None: /var/lib/kubelet
     # Reading the config file again (SIGHUP; --watch-config polls it): the settings in use and
     # how to read them afresh. None: SIGHUP is logged and changes nothing.
     settings: AgentSettings | None = None
@@ -112,7 +115,8 @@ class DaemonOptions:
                    nrt_resync_period=settings.nrt_resync_period,
                    evict_refused_pods=settings.evict_refused_pods,
                    evict_after_refusals=settings.evict_after_refusals,
-                   eviction_delay=settings.eviction_delay, settings=settings)
+                   eviction_delay=settings.eviction_delay,
+                   kubelet_state_dir=settings.kubelet_state_dir, settings=settings)
 
 
 def backoff_delays(first: float = BACKOFF_FIRST, cap: float = BACKOFF_CAP,
@@ -329,7 +333,8 @@ def _run(options: DaemonOptions, environ: dict[str, str], signals: StopSignals) 
                                                       injection=options.device_injection),
                                 cgroup_root=CGROUP_ROOT,
                                 on_change=lambda: feed.changed() if feed is not None else None,
-                                on_refusal=_refusal_sender(lambda: feed, plan))
+                                on_refusal=_refusal_sender(lambda: feed, plan),
+                                kubelet_cpus=_kubelet_cpus(options.kubelet_state_dir))
         except (ConfigError, CheckpointError) as e:
             raise DaemonError(str(e)) from None
         if plan is not None:
@@ -382,6 +387,28 @@ def _start_reloader(options: DaemonOptions, plugin: NumaPlugin, signals: StopSig
     if options.watch_config:
         log.info("watching %s: a change is read like a SIGHUP", options.config_file)
     return reloader
+
+
+def _kubelet_cpus(folder: Path | None) -> KubeletCpuState | None:
+    """The kubelet's CPU Manager checkpoint, to adopt its placements at the first Synchronize
+    (docs/migrating-from-kubelet.md); None without one. A bad file is one warning: the running
+    containers are then placed anew, as without it."""
+    from nri_numa.state.kubelet_checkpoints import KubeletCheckpointError, read_cpu_state
+
+    path = (folder or KUBELET_ROOT) / "cpu_manager_state"
+    if not path.is_file():
+        if folder is not None:
+            log.warning("%s: no such file; running containers are placed anew", path)
+        return None
+    try:
+        state = read_cpu_state(path)
+    except KubeletCheckpointError as e:
+        log.warning("%s; running containers are placed anew", e)
+        return None
+    log.info("the kubelet's checkpoint %s (policy %s, %d containers with CPUs of their own): "
+             "adopted at the first Synchronize where it fits", path, state.policy,
+             len(state.assignments))
+    return state
 
 
 def _export_plan(options: DaemonOptions, environ: dict[str, str]) -> ExportPlan | None:
