@@ -22,7 +22,6 @@ def watch_forever(api_client: Any, cache: NodeCache, stop: threading.Event) -> N
     """List every NRT object, then follow the changes; start over (list again, dropping the
     nodes gone meanwhile) whenever the watch ends or fails."""
     from kubernetes import client, watch
-    from kubernetes.client.exceptions import ApiException
 
     custom = client.CustomObjectsApi(api_client)
     wait = 0.5
@@ -45,7 +44,8 @@ def watch_forever(api_client: Any, cache: NodeCache, stop: threading.Event) -> N
                     stream.stop()
                     break
                 _apply(cache, event)
-        except (ApiException, OSError, ValueError, KeyError) as e:
+        except Exception as e:  # noqa: BLE001 - urllib3's ProtocolError and the like: the
+            # cache must keep following, whatever ended the stream
             log.warning("NodeResourceTopology watch: %s; trying again in %.1f s",
                         " ".join(str(e).split())[:200], wait)
             stop.wait(wait)
