@@ -36,7 +36,8 @@ _NO_PREFERENCE: Slot = (Hint(None, True),)
 _NO_NODE_FITS: Slot = (Hint(None, False),)
 
 
-def merge_hints(policy: str, numa_nodes: Sequence[int], providers_hints: Sequence[ProviderHints], *,
+def merge_hints(policy: str, numa_nodes: Sequence[int] | None,
+                providers_hints: Sequence[ProviderHints], *,
                 distances: Sequence[Sequence[int]] | None = None,
                 options: Mapping[str, str] | None = None) -> tuple[Hint, bool]:
     """The merged hint and whether ``policy`` admits it.
@@ -45,10 +46,20 @@ def merge_hints(policy: str, numa_nodes: Sequence[int], providers_hints: Sequenc
     resource → hints, where ``None`` is no preference and ``[]`` means no NUMA node can serve
     the resource. ``distances`` is indexed like ``numa_nodes`` and only read with
     ``prefer-closest-numa-nodes``. Checks run in the kubelet's order: options, NUMA info, the
-    node limit, the policy name.
+    node limit, the policy name. Policy ``none`` never reads the machine, so ``numa_nodes``
+    may be ``None`` there (the kubelet's own none-policy cases pass nil).
     """
+    if policy == "none" and numa_nodes is None:
+        parse_policy_options(options)
+        if providers_hints is not None:
+            provider_slots(providers_hints)
+        return policy_by_name(policy).decide((), _no_merge, frozenset())
     return MachineMerge.build(numa_nodes, distances=distances, options=options).merge(
         policy, providers_hints)
+
+
+def _no_merge(*_args: object) -> Hint:
+    raise AssertionError("policy none never merges")
 
 
 class MachineMerge:

@@ -24,7 +24,8 @@ def discover(root: str | Path = "/", *, nvml: bool = True) -> Topology:
     live = root.resolve() == Path("/")
     warnings: list[str] = []
     cpus, nodes, isolcpus = sysfs.read_cpus_and_nodes(root, warnings)
-    pci_devices = pci.read_pci_devices(root, warnings)
+    only_node = nodes[0].id if len(nodes) == 1 else None
+    pci_devices = pci.read_pci_devices(root, warnings, only_node=only_node)
     nics = netdev.read_nics(root, pci_devices, warnings, netlink=live)
     gpus: tuple = ()
     if nvml:

@@ -20,8 +20,14 @@ _HOST_BRIDGE = re.compile(r"pci[0-9a-f]{4,8}:[0-9a-f]{2}")
 _VIRTFN = re.compile(r"virtfn(\d+)")
 
 
-def read_pci_devices(root: PathArg, warnings: list[str]) -> tuple[PciDevice, ...]:
-    """Every PCI function under ``root``, by address; problems go to ``warnings``."""
+def read_pci_devices(root: PathArg, warnings: list[str], *,
+                     only_node: int | None = None) -> tuple[PciDevice, ...]:
+    """Every PCI function under ``root``, by address; problems go to ``warnings``.
+
+    ``only_node``: the machine's NUMA node when it has exactly one. There, like hwloc, a device
+    whose firmware says -1 everywhere up its path (typical of VMs) is local to that node: there
+    is no other node it could be nearer to.
+    """
     root = os.path.abspath(root)
     devices_dir = os.path.join(root, _PCI_DEVICES)
     try:
@@ -41,14 +47,14 @@ def read_pci_devices(root: PathArg, warnings: list[str]) -> tuple[PciDevice, ...
         real = resolve_in_root(root, f"{devices_dir}/{name}", warnings)
         if real is None:
             continue
-        device = _read_device(root, address, real, numa_memo, warnings)
+        device = _read_device(root, address, real, numa_memo, warnings, only_node)
         if device is not None:
             devices.append(device)
     return tuple(devices)
 
 
 def _read_device(root: str, address: str, real: str, numa_memo: dict[str, int | None],
-                 warnings: list[str]) -> PciDevice | None:
+                 warnings: list[str], only_node: int | None) -> PciDevice | None:
     try:
         names = set(os.listdir(real))
     except OSError as e:
@@ -57,7 +63,7 @@ def _read_device(root: str, address: str, real: str, numa_memo: dict[str, int | 
     host_bridge, bridge_dirs = _hierarchy(root, real)
     return PciDevice(
         address=address,
-        numa_node=_numa_node(real, bridge_dirs, numa_memo, warnings),
+        numa_node=_numa_node(real, bridge_dirs, numa_memo, warnings, only_node),
         class_code=_hex_or_zero(f"{real}/class", warnings),
         vendor=_hex_or_zero(f"{real}/vendor", warnings),
         device=_hex_or_zero(f"{real}/device", warnings),
@@ -87,10 +93,12 @@ def _hierarchy(root: str, real: str) -> tuple[str | None, list[str]]:
 
 
 def _numa_node(real: str, bridge_dirs: list[str], memo: dict[str, int | None],
-               warnings: list[str]) -> int | None:
-    """The device's node; where firmware gives -1, the nearest bridge's; else unknown (None).
+               warnings: list[str], only_node: int | None) -> int | None:
+    """The device's node; where firmware gives -1, the nearest bridge's; else the machine's only
+    node; else unknown (None).
 
-    Never 0 by default: a wrong node is worse than an unknown one for alignment decisions.
+    Never 0 by default on a machine with several nodes: a wrong node is worse than an unknown
+    one for alignment decisions.
     """
     own = read_int(f"{real}/numa_node", warnings)
     if own is not None and own >= 0:
@@ -102,7 +110,7 @@ def _numa_node(real: str, bridge_dirs: list[str], memo: dict[str, int | None],
             memo[bridge] = value if value is not None and value >= 0 else None
         if memo[bridge] is not None:
             return memo[bridge]
-    return None
+    return only_node
 
 
 def _hex_or_zero(path: str, warnings: list[str]) -> int:

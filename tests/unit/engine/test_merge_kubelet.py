@@ -365,3 +365,15 @@ def test_hint_semantics():
     assert H(1, 2).less_than(H(0, 3)) and H(0).less_than(H(0, 1))
     with pytest.raises(MergeError):
         NIL(True).less_than(H(0))
+
+
+@pytest.mark.parametrize("providers", [None, [], [{"r": [H(0)]}], [{"r1": [H(0)]}, {"r2": [H(1)]}]])
+def test_none_policy_accepts_an_absent_node_list(providers):
+    # policy_none_test.go builds the none policy without any NUMA info and passes nil hints.
+    assert merge_hints("none", None, providers) == (Hint(None, False), True)
+
+
+def test_an_absent_node_list_is_refused_by_the_aligning_policies():
+    for policy in ("best-effort", "restricted", "single-numa-node"):
+        with pytest.raises(MergeError, match="numa_nodes: expected a list"):
+            merge_hints(policy, None, [])
