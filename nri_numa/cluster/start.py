@@ -62,10 +62,24 @@ def refusal_sender(send: Callable[[dict[str, Any]], None],
 
 def nrt_snapshot(committed: Callable[[], tuple[Any, Any]],
                  node_name: str) -> Callable[[], dict[str, Any]]:
-    """What the feed sends: the object for the ledger's committed state."""
+    """What the feed sends: the object for the ledger's committed state, carrying the node's
+    published state (nri_numa.cluster.node_state) for the scheduler extender."""
+    import logging
+    import time
+
+    from nri_numa.cluster.node_state import ANNOTATION, MAX_TEXT, encode
     from nri_numa.cluster.nrt import node_resource_topology
+
+    too_big = logging.getLogger("nri_numa.cluster").warning
 
     def snapshot() -> dict[str, Any]:
         ctx, allocations = committed()
-        return node_resource_topology(ctx, allocations, node_name)
+        # Built only when the ledger changed: the time orders publications across restarts.
+        state = encode(ctx.topology, ctx.config, allocations, time.time_ns() // 1_000_000)
+        if len(state) > MAX_TEXT:
+            too_big("the node's published state is %d characters, more than an annotation may "
+                    "hold (%d): the scheduler extender will not see this node's ledger",
+                    len(state), MAX_TEXT)
+            return node_resource_topology(ctx, allocations, node_name)
+        return node_resource_topology(ctx, allocations, node_name, {ANNOTATION: state})
     return snapshot

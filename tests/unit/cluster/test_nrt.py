@@ -125,3 +125,16 @@ def test_without_a_topology_policy_the_legacy_word_is_none():
     ctx = engine(topologyManagerPolicy="none")
     obj = node_resource_topology(ctx, ctx.empty_allocations(), "n")
     assert obj["topologyPolicies"] == ["None"]
+
+
+def test_the_object_the_agent_sends_carries_the_nodes_published_state():
+    from nri_numa.cluster.node_state import ANNOTATION, decode
+    from nri_numa.cluster.start import nrt_snapshot
+
+    ledger = Ledger(engine())
+    ledger.admit(guaranteed("a", "2"))
+    obj = nrt_snapshot(lambda: (ledger.ctx, ledger.allocations), "worker-1")()
+    state = decode(obj["metadata"]["annotations"][ANNOTATION])
+    assert state.allocations == ledger.allocations
+    assert state.topology == MACHINE
+    assert obj["zones"] == node_resource_topology(ledger.ctx, ledger.allocations, "w")["zones"]
