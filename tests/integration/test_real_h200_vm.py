@@ -1,0 +1,75 @@
+"""A real NVIDIA H200 VM, captured through the device machine (tests/fixtures/real-h200-vm):
+discovery of its sysfs with a fake NVML giving the recorded NVML answers equals what nri-numa
+printed there (but for the two changes since: -1 means the only node, and no driver links were
+kept), and precreate on that machine gives the spec it printed there, real device nodes and all."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import stat
+import tarfile
+from pathlib import Path
+
+import pytest
+
+from nri_numa.hook import stages
+from nri_numa.hook.machine import load_machine
+from nri_numa.state.checkpoint import CheckpointStore
+from nri_numa.topology.discover import FAKE_NVML_FILE, discover
+from nri_numa.topology.nvml_recording import description_from_recording
+
+CAPTURE = Path(__file__).resolve().parents[1] / "fixtures" / "real-h200-vm"
+GPU_UUID = "GPU-23eb4708-fe47-27b6-8154-b8d0f2155114"
+
+
+@pytest.fixture(scope="module")
+def root(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("h200")
+    with tarfile.open(CAPTURE / "sysfs-h200.tar.gz") as tar:
+        tar.extractall(root, filter="data")
+    recording = json.loads((CAPTURE / "nvml-dump.json").read_text())
+    (root / FAKE_NVML_FILE).write_text(json.dumps(description_from_recording(recording)))
+    return root
+
+
+def test_discovery_of_the_capture_equals_what_was_printed_there(root):
+    found = json.loads(discover(root).to_json())
+    expected = json.loads((CAPTURE / "topology.json").read_text())
+    for device in expected["pci_devices"]:
+        assert device["numa_node"] is None  # printed before -1 meant the only node
+        device["numa_node"] = 0
+        device["driver"] = None
+    for gpu in expected["gpus"]:
+        gpu["numa_node"] = 0
+    assert found == expected
+    assert [(g["uuid"], g["name"], g["minor"]) for g in found["gpus"]] == [
+        (GPU_UUID, "NVIDIA H200", 0)]
+
+
+@pytest.fixture
+def dev(tmp_path) -> Path:
+    """The device nodes `ls -l /dev/nvidia*` showed there, with their real numbers."""
+    dev = tmp_path / "dev"
+    dev.mkdir()
+    line = re.compile(r"^c\S+\s+\d+\s+\S+\s+\S+\s+(\d+),\s+(\d+)\s.*\s(/dev/nvidia\S*)$")
+    for m in map(line.match, (CAPTURE / "machine.txt").read_text().splitlines()):
+        if m:
+            os.mknod(dev / Path(m[3]).name, 0o666 | stat.S_IFCHR, os.makedev(int(m[1]), int(m[2])))
+    return dev
+
+
+def test_precreate_on_that_machine_writes_the_spec_printed_there(root, dev, tmp_path):
+    topology_file = tmp_path / "topology.json"
+    topology_file.write_text(discover(root).to_json())
+    state_dir = tmp_path / "state"
+    machine = load_machine(state_dir, CAPTURE / "precreate-config.yaml", topology_file)
+    env = stages.HookEnv(machine, CheckpointStore(state_dir, machine.fingerprint), dev_root=dev)
+    placed, _ = stages.precreate(env, json.loads((CAPTURE / "precreate-spec.json").read_text()))
+    printed = json.loads((CAPTURE / "precreate.json").read_text())
+    assert placed["linux"]["devices"] == printed["linux"]["devices"]
+    assert placed["linux"]["resources"]["devices"] == printed["linux"]["resources"]["devices"]
+    assert placed["linux"]["resources"]["cpu"]["cpus"] == printed["linux"]["resources"]["cpu"]["cpus"]
+    assert placed["process"]["env"] == printed["process"]["env"]
+    assert f"NVIDIA_VISIBLE_DEVICES={GPU_UUID}" in placed["process"]["env"]
