@@ -28,6 +28,7 @@ from nri_numa.engine.request import PodRequest
 log = logging.getLogger(__name__)
 
 DEFAULT_ASSUME_SECONDS = 30.0
+MAX_SHARED_CONTEXTS = 16  # kinds of machine and configuration whose contexts are kept
 
 
 @dataclass(frozen=True)
@@ -52,6 +53,7 @@ class NodeCache:
         self._lock = threading.Lock()
         self._entries: dict[str, NodeEntry] = {}
         self._problems: dict[str, str] = {}  # node → why its publication could not be read
+        self._contexts: list[EngineContext] = []  # the latest built, newest first
 
     # --- fed by the watch ------------------------------------------------------------------
 
@@ -87,14 +89,19 @@ class NodeCache:
         self.observe(node, None)
 
     def _context(self, node: str, state: NodeState) -> EngineContext:
-        """The node's engine context: the one it had while its machine and configuration stay
-        the same (building one costs more than replaying its ledger)."""
+        """An engine context for the node's machine and configuration: the node's own while
+        they stay the same, else one built for another node with the same (a fleet has few
+        kinds of machine; building one costs far more than replaying a ledger)."""
         with self._lock:
             before = self._entries.get(node)
-        if (before is not None and before.state.config == state.config
-                and before.state.topology == state.topology):
-            return before.ctx
-        return EngineContext.build(state.topology, state.config)
+            known = ([before.ctx] if before is not None else []) + self._contexts
+        for ctx in known:
+            if ctx.config == state.config and ctx.topology == state.topology:
+                return ctx
+        ctx = EngineContext.build(state.topology, state.config)
+        with self._lock:
+            self._contexts = [ctx, *self._contexts[:MAX_SHARED_CONTEXTS - 1]]
+        return ctx
 
     def _replay(self, state: NodeState, ctx: EngineContext,
                 assumed: tuple[Assumed, ...]) -> NodeEntry:

@@ -31,6 +31,7 @@ from nri_numa.topology.cpulist import format_list
 MAX_PRIORITY = 10  # extenderv1.MaxExtenderPriority in 1.20
 CHOSEN_NUMA_ANNOTATION = "numa.nri.io/scheduled-numa-nodes"
 MAX_PODS_REMEMBERED = 4096  # filter's pods kept for bind, which names the pod but sends no spec
+MAX_VERDICTS_REMEMBERED = 20_000  # (pod, node) verdicts kept from filter for prioritize
 
 
 class Packing(StrEnum):
@@ -73,6 +74,7 @@ class Extender:
         self.binder = binder
         self.packing = Packing(packing)
         self._pods: OrderedDict[str, PodRequest] = OrderedDict()
+        self._verdicts: dict[tuple[str, str], tuple[Any, PodRequest, Verdict]] = {}
         self._lock = threading.Lock()
 
     # --- the engine on one node ------------------------------------------------------------
@@ -83,7 +85,19 @@ class Extender:
             return Verdict(node, None)
         if pod.uid in entry.working.pods:  # already sent here: a retried cycle
             return Verdict(node, Decision(pod.uid, "", "", ()))
-        return Verdict(node, admit(entry.ctx, entry.working, pod).decision)
+        key = (pod.uid, node)
+        with self._lock:
+            memo = self._verdicts.get(key)
+        # prioritize follows filter with the same pod: its verdict stands while the node's
+        # working allocations and the pod are the very objects it was made from.
+        if memo is not None and memo[0] is entry.working and memo[1] == pod:
+            return memo[2]
+        verdict = Verdict(node, admit(entry.ctx, entry.working, pod).decision)
+        with self._lock:
+            if len(self._verdicts) >= MAX_VERDICTS_REMEMBERED:
+                self._verdicts.clear()
+            self._verdicts[key] = (entry.working, pod, verdict)
+        return verdict
 
     # --- verbs -----------------------------------------------------------------------------
 
