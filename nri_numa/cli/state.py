@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import json
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from nri_numa.cli.errors import CliError
 
 if TYPE_CHECKING:
-    from nri_numa.views.state_view import Checkpoint
+    from nri_numa.views.state_view import Checkpoint, StateView
 
 
 STATE_DRIFT = 3  # exit status of `nri-numa state` when a cgroup disagrees with the ledger
@@ -36,6 +37,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--topology", metavar="FILE",
                    help="with --config: the topology nri-numa runs with (default: discover "
                         "this machine)")
+    p.add_argument("--kubelet-state-dir", metavar="DIR",
+                   help="also compare the exclusive CPUs with the kubelet's CPU Manager "
+                        "checkpoint DIR/cpu_manager_state (docs/migrating-from-kubelet.md); "
+                        f"a disagreement counts as drift (exit status {STATE_DRIFT})")
     p.set_defaults(func=cmd_state)
 
 
@@ -52,8 +57,30 @@ def cmd_state(args: argparse.Namespace) -> int:
         view = build_view(state_dir, checkpoint, Path(args.cgroup_root), reserved)
     except StateViewError as e:
         raise CliError(str(e)) from None
-    print(render_json(view) if args.json else render_text(view))
-    return STATE_DRIFT if view.drifted else 0
+    against = _against_kubelet(view, Path(args.kubelet_state_dir)) if args.kubelet_state_dir else None
+    if args.json:
+        document = json.loads(render_json(view))
+        if against is not None:
+            document["kubelet_disagreements"] = against
+        print(json.dumps(document, indent=2))
+    else:
+        print(render_text(view))
+        if against is not None:
+            print("\nAgainst the kubelet's cpu_manager_state: "
+                  + ("they agree" if not against else f"{len(against)} disagreements"))
+            for line in against:
+                print(f"  {line}")
+    return STATE_DRIFT if view.drifted or against else 0
+
+
+def _against_kubelet(view: StateView, folder: Path) -> list[str]:
+    from nri_numa.state.kubelet_checkpoints import KubeletCheckpointError, read_cpu_state
+    from nri_numa.views.kubelet_view import disagreements
+
+    try:
+        return disagreements(view, read_cpu_state(folder / "cpu_manager_state"))
+    except KubeletCheckpointError as e:
+        raise CliError(str(e)) from None
 
 
 def _reserved_cpus(args: argparse.Namespace, checkpoint: Checkpoint,
