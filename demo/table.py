@@ -57,8 +57,9 @@ def explain(result: DemoResult) -> list[str]:
         f"{_plural(nodes, 'NUMA node')}; a 1-CPU pod always fits on one node, so the strictest "
         f"policy is safe on any machine with 2 CPUs or more).",
         f"Pod {guaranteed.pod} asked for whole CPUs with requests = limits, so it got CPU "
-        f"{guaranteed.cpus} to itself, with its memory on node {guaranteed.mems}; no other "
-        f"container may run there.",
+        f"{guaranteed.cpus} to itself; no other container may run there. Its memory nodes "
+        f"({guaranteed.mems}) are left as they were: without the Memory Manager the kubelet "
+        f"does not pin memory either.",
         f"Shared pool: CPU {format_list(pool)} = the online CPUs minus the exclusive ones. It keeps "
         f"the reserved CPU {config['reservedSystemCPUs']}, which is never given away exclusively, "
         f"so it is never empty. Pods {' and '.join(r.pod for r in shared)} run there.",

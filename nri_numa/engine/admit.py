@@ -81,13 +81,9 @@ def placement(ctx: EngineContext, allocs: Allocations, pod_id: str, name: str) -
         raise KeyError(f"pod {pod_id} has no admitted container {name}")
     exclusive = bool(entry.exclusive_cpus)
     blocks = allocs.memory.container_blocks(pod_id, name) if allocs.memory else None
-    if blocks:
-        mems = frozenset(n for b in blocks for n in b.numa_affinity)
-    elif exclusive:
-        # Memory follows the container's own CPUs even without the Memory Manager.
-        mems = ctx.nodes_of_cpus(entry.exclusive_cpus)
-    else:
-        mems = None
+    # Like the kubelet, memory nodes only where the static Memory Manager placed the memory:
+    # the CPUs' node may not have the memory the container may use.
+    mems = frozenset(n for b in blocks for n in b.numa_affinity) if blocks else None
     return Placement(name, entry.exclusive_cpus if exclusive else allocs.shared, exclusive, mems,
                      entry.devices, entry.hint)
 

@@ -6,7 +6,7 @@ them: node 0 holds CPU 1 and a GPU, node 1 holds CPU 0 (the reserved CPU) and an
 cpuset the agent can write then exists on the real machine (CPU 1, memory node 0). The runtime's
 spec names no GPU; only the kubelet's answer says where each container's GPU is:
 
-* GPU on node 0 (found through its UUID, the kubelet gave no topology) → CPU 1, mems 0;
+* GPU on node 0 (found through its UUID, the kubelet gave no topology) → CPU 1;
 * GPU on node 1 (the kubelet's topology) → no free CPU there, refused under single-numa-node.
 """
 
@@ -89,5 +89,5 @@ def test_the_kubelets_gpus_decide_the_node(
         log = agent.log_text()
         assert f"using the kubelet's PodResources API at {kubelet_socket}" in log
         assert "placed pod default/near container work: policy single-numa-node, hint NUMA 0 " \
-               "(preferred), cpus 1 (exclusive), mems 0" in log
+               "(preferred), cpus 1 (exclusive), mems unchanged" in log
         assert "refused pod default/far container work: TopologyAffinityError" in log

@@ -339,3 +339,20 @@ def test_list_documents(tmp_path):
                        DeleteEntry("document 1 item 2", "ns/y"),
                        BadEntry("document 2", "kind: List needs items: a list of pods"),
                        DeleteEntry("document 3 item 1", "default/z")]
+
+
+def test_without_the_memory_manager_memory_nodes_are_left_alone(tmp_path, capsys):
+    """The issue's reproduction: 400Gi on a node of 256 GiB would be OOM-killed if its memory were
+    pinned to its CPUs' node; like the kubelet, nothing pins it without the Memory Manager."""
+    config = tmp_path / "config.yaml"
+    config.write_text('cpuManagerPolicy: static\nreservedSystemCPUs: "0"\n'
+                      "memoryManagerPolicy: None\ntopologyManagerPolicy: none\n")
+    pods = tmp_path / "pods.yaml"
+    pods.write_text("apiVersion: v1\nkind: Pod\nmetadata: {name: big}\nspec:\n  containers:\n"
+                    "  - name: c\n    resources:\n      requests: {cpu: '2', memory: 400Gi}\n"
+                    "      limits: {cpu: '2', memory: 400Gi}\n")
+    assert main(["simulate", "--preset", "pcie-4gpu", "--config", str(config), "--pods",
+                 str(pods), "--json"]) == 0
+    [placement] = json.loads(capsys.readouterr().out)["steps"][0]["decision"]["placements"]
+    assert placement["exclusive"] and len(parse_list(placement["cpus"])) == 2
+    assert placement["mems"] is None

@@ -59,18 +59,19 @@ def test_the_guaranteed_pod_must_get_what_it_asked_and_never_the_reserved_cpu() 
     assert "guaranteed got reserved CPU(s) 0" in problems
 
 
-def test_single_numa_node_means_one_node_for_cpus_and_memory() -> None:
+def test_single_numa_node_means_one_node_for_cpus_and_memory_is_left_alone() -> None:
     rows = (row("guaranteed", GUARANTEED, "1-2", mems="0-1", asked_cpus=2),
             row("burstable", BURSTABLE, "0,3"), row("besteffort", BESTEFFORT, "0,3"))
     problems = check_placements(rows, FOUR_CPUS_TWO_NODES, "0-3")
     assert "guaranteed's CPUs 1-2 span NUMA nodes 0-1 under single-numa-node" in problems
     rows = (row("guaranteed", GUARANTEED, "2-3", mems="0-1", asked_cpus=2),
             row("burstable", BURSTABLE, "0-1", mems="0-1"), row("besteffort", BESTEFFORT, "0-1", mems="0-1"))
-    assert check_placements(rows, FOUR_CPUS_TWO_NODES, "0-3") == [
-        "guaranteed's memory nodes 0-1 are not the node of its CPUs (1)"]
-    fine = (row("guaranteed", GUARANTEED, "2-3", mems="1", asked_cpus=2),
-            row("burstable", BURSTABLE, "0-1", mems="0-1"), row("besteffort", BESTEFFORT, "0-1", mems="0-1"))
-    assert check_placements(fine, FOUR_CPUS_TWO_NODES, "0-3") == []
+    assert check_placements(rows, FOUR_CPUS_TWO_NODES, "0-3") == []
+    pinned = (row("guaranteed", GUARANTEED, "2-3", mems="1", asked_cpus=2),
+              row("burstable", BURSTABLE, "0-1", mems="0-1"), row("besteffort", BESTEFFORT, "0-1", mems="0-1"))
+    assert check_placements(pinned, FOUR_CPUS_TWO_NODES, "0-3") == [
+        "guaranteed's memory nodes 1 differ from burstable's 0-1: pinned without the Memory Manager",
+        "guaranteed's memory nodes 1 differ from besteffort's 0-1: pinned without the Memory Manager"]
 
 
 def test_a_missing_container_or_a_besteffort_start_off_the_whole_machine_is_reported() -> None:

@@ -15,6 +15,7 @@ from nri_numa.engine.context import EngineContext
 from nri_numa.hook.machine import Machine
 from nri_numa.hook.oci import parse_state
 from nri_numa.hook.shared_ledger import PENDING_GRACE_S
+from nri_numa.topology.cpulist import parse_list
 from nri_numa.hook.stages import HookEnv, HookError, create_runtime, poststop, precreate
 from nri_numa.state.checkpoint import CheckpointError, CheckpointStore, machine_fingerprint
 from nri_numa.topology.synthetic import preset_topology
@@ -261,7 +262,9 @@ def test_precreate_gives_gpus_and_create_runtime_keeps_them(tmp_path, clock):
     [visible] = [e for e in spec["process"]["env"] if e.startswith("NVIDIA_VISIBLE_DEVICES=")]
     assert set(visible.split("=", 1)[1].split(",")) == {g.uuid for g in gpus}
     nodes = {g.numa_node for g in gpus}
-    assert spec["linux"]["resources"]["cpu"]["mems"] == ",".join(map(str, sorted(nodes)))
+    cpu = spec["linux"]["resources"]["cpu"]
+    assert {c.numa for c in dgx.cpus if c.id in parse_list(cpu["cpus"])} == nodes
+    assert "mems" not in cpu  # no Memory Manager: memory nodes left alone, as the kubelet does
     host.start(1001, f"/libpod_parent/libpod-{PODMAN_ID}")
     state = parse_state(oci_state(PODMAN_ID, 1001, host.base, **asked))
     assert create_runtime(env, state, spec).startswith("claimed")  # no device refusal here

@@ -158,7 +158,7 @@ def test_prelaunched_mode_serves_fd_until_the_runtime_closes_it(scratch):
                             "NRI_PLUGIN_NAME": "numa", "NRI_PLUGIN_IDX": "05"})
     side.join(5)
     assert (runtime.registration.plugin_name, runtime.registration.plugin_idx) == ("numa", "05")
-    assert len(created) == 1 and created[0].adjust.linux.resources.cpu.mems
+    assert len(created) == 1 and created[0].adjust.linux.resources.cpu.cpus
     assert (scratch / "state" / "checkpoint.json").exists()
 
 

@@ -9,6 +9,7 @@ import pytest
 
 from nri_numa.agent.logs import JsonFormatter
 from nri_numa.nri.session import PluginError
+from nri_numa.topology.cpulist import parse_list
 from tests import nri_messages as msg
 from tests.integration.nri.plugin_env import create, new_plugin
 
@@ -31,8 +32,8 @@ def test_a_placement_is_one_line_with_its_fields(caplog):
         "event": "placed", "pod": "shop/g", "pod_uid": "uid-g", "container": "app",
         "container_id": "ctr-g-app", "policy": "single-numa-node", "cpus": cpus,
         "exclusive": True, "preferred": True}
-    assert entry["mems"] == reply.adjust.linux.resources.cpu.mems
-    assert entry["hint"] == [int(entry["mems"])] and entry["devices"] == {}
+    assert entry["mems"] is None and reply.adjust.linux.resources.cpu.mems == ""  # left alone
+    assert entry["hint"] == sorted({c // 4 for c in parse_list(cpus)}) and entry["devices"] == {}
 
 
 def test_a_refusal_is_one_line_with_its_reason(caplog):

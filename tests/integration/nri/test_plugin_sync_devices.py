@@ -110,7 +110,8 @@ def test_a_gpu_from_a_device_plugin_is_not_held_by_nri_numa(state_dir):
     c.linux.devices.append(api.LinuxDevice(path="/dev/nvidia1", type="c", major=195, minor=1))
     c.state, c.pid = api.CONTAINER_RUNNING, 12
     sync(p, [sandbox], [c])
-    assert p.containers[c.id].mems == {1}  # its GPU still pulls it to node 1
+    assert p.containers[c.id].mems is None  # no Memory Manager: memory left alone
+    assert p.ledger.ctx.nodes_of_cpus(p.ledger.allocations.exclusive_cpus()) == {1}  # its GPU's
     assert gpus_of(p, sandbox) == ()
 
 

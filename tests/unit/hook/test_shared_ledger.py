@@ -156,7 +156,8 @@ def test_device_requests_are_checked_against_the_node(ctx):
     placed = fresh(dgx).admit(container("g", cpus=2), {"nvidia.com/gpu": 2})
     assert len(placed.devices["nvidia.com/gpu"]) == 2
     gpu_nodes = {g.numa_node for g in dgx.topology.gpus if g.uuid in placed.devices["nvidia.com/gpu"]}
-    assert placed.mems == frozenset(gpu_nodes)
+    assert dgx.nodes_of_cpus(placed.cpus) == frozenset(gpu_nodes)
+    assert placed.mems is None  # no Memory Manager: memory nodes left alone, as the kubelet does
 
 
 def test_containers_of_one_pod_share_its_identity_and_a_name_is_held_once(ctx):

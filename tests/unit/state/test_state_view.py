@@ -336,7 +336,7 @@ def test_the_hooks_ledger_uses_the_cgroups_it_recorded(base, capsys):
     root = base / "cgroup"
     write_cgroup(root / "cpuset", "0-7", "0-1")
     placed_cpus = format_list(ledger.record(running.id).cpus)
-    placed_mems = format_list(ledger.record(running.id).mems)
+    placed_mems = format_list(ledger.record(running.id).mems or frozenset())  # None: left alone
     write_cgroup(root / "cpuset" / "machine" / "one", placed_cpus, placed_mems)
 
     view = build_view(folder, read_checkpoint(folder), root)

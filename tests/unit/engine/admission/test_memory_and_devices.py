@@ -153,7 +153,7 @@ def test_gpus_and_cpus_are_aligned_on_one_node_under_single_numa_node():
         assert placement.hint.preferred
         assert {GPU_NODE[g] for g in placement.devices[GPU]} == {node}
         assert len(placement.devices[GPU]) == 3
-        assert placement.cpus <= node_cpus(node) and placement.mems == {node}
+        assert placement.cpus <= node_cpus(node) and placement.mems is None  # no Memory Manager
         nodes.append(node)
         allocs = result.allocations
     assert sorted(nodes) == [0, 1]
@@ -196,7 +196,7 @@ def test_a_device_the_container_already_holds_pulls_its_cpus_to_the_devices_node
     request = guaranteed_pod("nic", "4", device_numa_hints={"example.com/nic": [1]})
     placement = admitted(ctx, ctx.empty_allocations(), request).decision.placements[0]
     assert placement.hint.affinity == {1}
-    assert placement.cpus <= node_cpus(1) and placement.mems == {1}
+    assert placement.cpus <= node_cpus(1) and placement.mems is None  # no Memory Manager
     # Devices asked for follow the held one too.
     with_gpu = guaranteed_pod("both", "4", devices={GPU: 2},
                               device_numa_hints={"example.com/nic": [1]})
