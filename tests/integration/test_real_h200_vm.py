@@ -9,7 +9,6 @@ import json
 import os
 import re
 import stat
-import tarfile
 from pathlib import Path
 
 import pytest
@@ -17,8 +16,8 @@ import pytest
 from nri_numa.hook import stages
 from nri_numa.hook.machine import load_machine
 from nri_numa.state.checkpoint import CheckpointStore
-from nri_numa.topology.discover import FAKE_NVML_FILE, discover
-from nri_numa.topology.nvml_recording import description_from_recording
+from nri_numa.topology.discover import discover
+from tests.integration.real_vm import unpack_capture
 
 CAPTURE = Path(__file__).resolve().parents[1] / "fixtures" / "real-h200-vm"
 GPU_UUID = "GPU-23eb4708-fe47-27b6-8154-b8d0f2155114"
@@ -26,12 +25,7 @@ GPU_UUID = "GPU-23eb4708-fe47-27b6-8154-b8d0f2155114"
 
 @pytest.fixture(scope="module")
 def root(tmp_path_factory) -> Path:
-    root = tmp_path_factory.mktemp("h200")
-    with tarfile.open(CAPTURE / "sysfs-h200.tar.gz") as tar:
-        tar.extractall(root, filter="data")
-    recording = json.loads((CAPTURE / "nvml-dump.json").read_text())
-    (root / FAKE_NVML_FILE).write_text(json.dumps(description_from_recording(recording)))
-    return root
+    return unpack_capture(CAPTURE, "sysfs-h200.tar.gz", tmp_path_factory.mktemp("h200"))
 
 
 def test_discovery_of_the_capture_equals_what_was_printed_there(root):
