@@ -21,6 +21,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
+from nri_numa.cluster.nrt_writer import REQUEST_TIMEOUT
+
 REFUSED_ANNOTATION = "numa.nri.io/refused"
 COMPONENT = "nri-numa"
 MAX_TRACKED = 10000  # pods remembered; the oldest are forgotten first
@@ -164,8 +166,6 @@ class PodActions:
         self._eviction_version: str | None = None
 
     def handle(self, message: dict[str, Any]) -> None:
-        from nri_numa.cluster.nrt_writer import REQUEST_TIMEOUT
-
         refusal = Refusal.from_message(message)
         pod = self._api_client.sanitize_for_serialization(self._core.read_namespaced_pod(
             refusal.pod, refusal.namespace, _request_timeout=REQUEST_TIMEOUT))
@@ -199,8 +199,6 @@ class PodActions:
                 create = not create
 
     def _create_or_patch_event(self, namespace: str, body: dict[str, Any], create: bool) -> None:
-        from nri_numa.cluster.nrt_writer import REQUEST_TIMEOUT
-
         if create:
             self._core.create_namespaced_event(namespace, body, _request_timeout=REQUEST_TIMEOUT)
         else:
@@ -211,8 +209,6 @@ class PodActions:
 
     def _evict(self, refusal: Refusal, controller: str, actions: Actions) -> None:
         from kubernetes.client.exceptions import ApiException
-
-        from nri_numa.cluster.nrt_writer import REQUEST_TIMEOUT
 
         body = {"apiVersion": self._eviction_api_version(), "kind": "Eviction",
                 "metadata": {"name": refusal.pod, "namespace": refusal.namespace},
@@ -239,8 +235,6 @@ class PodActions:
         """policy/v1 where the server serves it (Kubernetes 1.22 on), else policy/v1beta1."""
         if self._eviction_version is None:
             from kubernetes import client
-
-            from nri_numa.cluster.nrt_writer import REQUEST_TIMEOUT
 
             group = client.PolicyApi(self._api_client).get_api_group(
                 _request_timeout=REQUEST_TIMEOUT)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import importlib.util
-import os
 import socket
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -47,17 +46,6 @@ def export_plan(mode: str, kubeconfig: Path | None, node_name: str, resync_s: fl
                                "pip install 'nri-numa[cluster]' (or --nrt-export off)")
     name = node_name or environ.get("NODE_NAME", "") or socket.gethostname().lower()
     return ExportPlan(str(kubeconfig) if kubeconfig else None, name, resync_s, *evict)
-
-
-def refusal_sender(send: Callable[[dict[str, Any]], None],
-                   node_name: str) -> Callable[[Any, str, str, str], None]:
-    """The plugin's ``on_refusal``: the refusal as a message for the export process."""
-    from nri_numa.cluster.refusals import refusal_message
-
-    def refused(pod: Any, container: str, reason: str, text: str) -> None:
-        send(refusal_message(pod.namespace, pod.name, pod.uid, container, reason, text,
-                             node_name))
-    return refused
 
 
 def nrt_snapshot(committed: Callable[[], tuple[Any, Any]],

@@ -33,11 +33,12 @@ from nri_numa.agent.settings import (DEFAULT_CDI_SPEC_DIRS, DEFAULT_DEV_ROOT,
                                      DEFAULT_DEVICE_INJECTION, DEFAULT_INDEX, DEFAULT_NAME,
                                      DEFAULT_SOCKET, DEFAULT_STATE_DIR, AgentSettings,
                                      MetricsAddress)
+from nri_numa.cluster.refusals import refusal_message
 from nri_numa.engine.config import ConfigError, EngineConfig
 from nri_numa.nri.config_reload import ConfigReloader, LiveTargets, Reread
 from nri_numa.nri.drift_repair import DriftRepair
 from nri_numa.nri.pb import api_pb2 as api
-from nri_numa.nri.plugin import NumaPlugin, OnRefusal
+from nri_numa.nri.plugin import NumaPlugin
 from nri_numa.nri.session import NriSession, SessionClosed
 from nri_numa.nri.wire.ttrpc_message import TtrpcError
 from nri_numa.podresources import DEFAULT_SOCKET as DEFAULT_POD_RESOURCES_SOCKET
@@ -45,6 +46,7 @@ from nri_numa.podresources.source import hint_source
 from nri_numa.runtime import DeviceGranter, DeviceLocator
 from nri_numa.runtime.cdi import CdiRegistry
 from nri_numa.state.checkpoint import CheckpointError, CheckpointStore, machine_fingerprint
+from nri_numa.state.plugin_records import PodRecord
 from nri_numa.topology.model import Topology
 
 if TYPE_CHECKING:
@@ -318,6 +320,13 @@ def _run(options: DaemonOptions, environ: dict[str, str], signals: StopSignals) 
     drift: DriftRepair | None = None
     reloader: ConfigReloader | None = None
     plan = _export_plan(options, environ)
+
+    def refused(pod: PodRecord, container: str, reason: str, text: str) -> None:
+        """A refusal for the export process (its Event and eviction), once it runs."""
+        if feed is not None and plan is not None:
+            feed.send(refusal_message(pod.namespace, pod.name, pod.uid, container, reason, text,
+                                      plan.node_name))
+
     try:  # from here on a stop (Stopped included) releases the lock
         sender = UpdateSender()
         # The scrape reads the plugin made just below; the server starts only once it exists.
@@ -333,7 +342,7 @@ def _run(options: DaemonOptions, environ: dict[str, str], signals: StopSignals) 
                                                       injection=options.device_injection),
                                 cgroup_root=CGROUP_ROOT,
                                 on_change=lambda: feed.changed() if feed is not None else None,
-                                on_refusal=_refusal_sender(lambda: feed, plan),
+                                on_refusal=refused if plan is not None else None,
                                 kubelet_cpus=_kubelet_cpus(options.kubelet_state_dir))
         except (ConfigError, CheckpointError) as e:
             raise DaemonError(str(e)) from None
@@ -421,20 +430,6 @@ def _export_plan(options: DaemonOptions, environ: dict[str, str]) -> ExportPlan 
                                   options.eviction_delay))
     except ExportSetupError as e:
         raise DaemonError(str(e)) from None
-
-
-def _refusal_sender(feed: Callable[[], ClusterFeed | None],
-                    plan: ExportPlan | None) -> OnRefusal | None:
-    """Refusals go to the export process once it runs; without an export, nowhere."""
-    if plan is None:
-        return None
-    from nri_numa.cluster.start import refusal_sender
-
-    def send(message: dict) -> None:
-        running = feed()
-        if running is not None:
-            running.send(message)
-    return refusal_sender(send, plan.node_name)
 
 
 def _start_export(plan: ExportPlan, plugin: NumaPlugin,

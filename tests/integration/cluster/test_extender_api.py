@@ -17,7 +17,7 @@ from nri_numa.state.ledger import Ledger
 from nri_numa.topology.synthetic.presets import preset_topology
 
 pytest.importorskip("kubernetes")
-from bench.bench_nrt_export import ApiServer  # noqa: E402
+from tests.e2e_k8s.apiserver import ApiServer  # noqa: E402
 from tests.e2e_k8s.lab import LabUnavailable, find_binaries  # noqa: E402
 
 NRTS = "/apis/topology.node.k8s.io/v1alpha2/noderesourcetopologies"

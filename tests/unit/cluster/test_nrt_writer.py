@@ -152,25 +152,27 @@ def test_failures_retry_with_growing_waits_and_are_said_once_then_recovery_once(
     assert exporter._retry_at is None
 
 
-def test_the_exporter_writes_the_latest_object_only_and_ends_when_its_input_closes():
-    server, said = ApiServerInMemory(), []
-    exporter = Exporter(server, said.append, resync_s=60.0)
-    inbox = Inbox()
-    for available in ("3", "2", "1"):
-        inbox.put({"kind": "nrt", "object": desired(available)})
-    inbox.put({"kind": "refusal", "pod": "p"})  # no handler here: one warning
-    inbox.put({"kind": "refusal", "pod": "q"})
-    inbox.close()
-    exporter.serve(inbox)  # returns: the input closed
-    assert "n1" not in server.objects  # closed before the loop took anything: nothing written
+def filled_inbox() -> Inbox:
     inbox = Inbox()
     for available in ("3", "2", "1"):
         inbox.put({"kind": "nrt", "object": desired(available)})
     inbox.put({"kind": "refusal", "pod": "p"})
     inbox.put({"kind": "refusal", "pod": "q"})
-    desired_object, fresh, others = inbox.take()
+    return inbox
+
+
+def test_the_inbox_keeps_the_latest_object_and_every_other_message_in_order():
+    desired_object, fresh, others = filled_inbox().take()
     assert fresh and desired_object["zones"][0]["resources"][0]["available"] == "1"
     assert [m["pod"] for m in others] == ["p", "q"]
+
+
+def test_the_exporter_ends_when_its_input_closes():
+    server = ApiServerInMemory()
+    inbox = filled_inbox()
+    inbox.close()
+    Exporter(server, [].append, resync_s=60.0).serve(inbox)  # returns: the input closed
+    assert "n1" not in server.objects  # closed before the loop took anything: nothing written
 
 
 @pytest.mark.parametrize("handler_fails", [False, True])
