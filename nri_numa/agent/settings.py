@@ -85,8 +85,8 @@ class AgentSettings:
     evict_refused_pods: bool = True
     evict_after_refusals: int = 3
     eviction_delay: float = 30.0
-    # The kubelet's root: its cpu_manager_state is adopted at the first Synchronize
-    # (docs/migrating-from-kubelet.md). None: /var/lib/kubelet when it has one.
+    # The kubelet's root: its cpu_manager_state and memory_manager_state are adopted at the
+    # first Synchronize (docs/migrating-from-kubelet.md). None: /var/lib/kubelet when it has them.
     kubelet_state_dir: Path | None = None
     given: frozenset[str] = frozenset()  # the fields the file or the flags set
 

@@ -77,9 +77,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                      help="how often the object is read back and mended when someone else "
                           "changed it (default 60)")
     p.add_argument("--kubelet-state-dir", metavar="DIR",
-                   help="the kubelet's root: the CPUs its static policy gave running containers "
-                        "(DIR/cpu_manager_state) are kept at the first Synchronize instead of "
-                        "placing them anew (default /var/lib/kubelet when it has that file)")
+                   help="the kubelet's root: the CPUs and memory its static policies gave "
+                        "running containers (DIR/cpu_manager_state, DIR/memory_manager_state) "
+                        "are kept at the first Synchronize instead of placing them anew "
+                        "(default /var/lib/kubelet when it has those files)")
     k8s.add_argument("--evict-refused-pods", choices=("true", "false"),
                      help="evict a refused pod that a controller owns, so that it is made again "
                           "and can be scheduled elsewhere (default true; a bare pod is never "

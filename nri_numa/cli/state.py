@@ -38,8 +38,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="with --config: the topology nri-numa runs with (default: discover "
                         "this machine)")
     p.add_argument("--kubelet-state-dir", metavar="DIR",
-                   help="also compare the exclusive CPUs with the kubelet's CPU Manager "
-                        "checkpoint DIR/cpu_manager_state (docs/migrating-from-kubelet.md); "
+                   help="also compare the exclusive CPUs and memory nodes with the kubelet's "
+                        "CPU and Memory Manager checkpoints DIR/cpu_manager_state and "
+                        "DIR/memory_manager_state (docs/migrating-from-kubelet.md); "
                         f"a disagreement counts as drift (exit status {STATE_DRIFT})")
     p.set_defaults(func=cmd_state)
 
@@ -57,7 +58,8 @@ def cmd_state(args: argparse.Namespace) -> int:
         view = build_view(state_dir, checkpoint, Path(args.cgroup_root), reserved)
     except StateViewError as e:
         raise CliError(str(e)) from None
-    against = _against_kubelet(view, Path(args.kubelet_state_dir)) if args.kubelet_state_dir else None
+    files, against = (_against_kubelet(view, Path(args.kubelet_state_dir))
+                      if args.kubelet_state_dir else ([], None))
     if args.json:
         document = json.loads(render_json(view))
         if against is not None:
@@ -66,21 +68,30 @@ def cmd_state(args: argparse.Namespace) -> int:
     else:
         print(render_text(view))
         if against is not None:
-            print("\nAgainst the kubelet's cpu_manager_state: "
+            print(f"\nAgainst the kubelet's {' and '.join(files)}: "
                   + ("they agree" if not against else f"{len(against)} disagreements"))
             for line in against:
                 print(f"  {line}")
     return STATE_DRIFT if view.drifted or against else 0
 
 
-def _against_kubelet(view: StateView, folder: Path) -> list[str]:
-    from nri_numa.state.kubelet_checkpoints import KubeletCheckpointError, read_cpu_state
+def _against_kubelet(view: StateView, folder: Path) -> tuple[list[str], list[str]]:
+    """The checkpoint files read from ``folder`` and the disagreements with them."""
+    from nri_numa.state.kubelet_checkpoints import (CPU_STATE_FILE, MEMORY_STATE_FILE,
+                                                    KubeletCheckpointError, KubeletPlacements,
+                                                    read_cpu_state, read_memory_state)
     from nri_numa.views.kubelet_view import disagreements
 
+    names = [n for n in (CPU_STATE_FILE, MEMORY_STATE_FILE) if (folder / n).exists()]
+    if not names:
+        raise CliError(f"{folder}: neither {CPU_STATE_FILE} nor {MEMORY_STATE_FILE}")
     try:
-        return disagreements(view, read_cpu_state(folder / "cpu_manager_state"))
+        kubelet = KubeletPlacements(
+            read_cpu_state(folder / CPU_STATE_FILE) if CPU_STATE_FILE in names else None,
+            read_memory_state(folder / MEMORY_STATE_FILE) if MEMORY_STATE_FILE in names else None)
     except KubeletCheckpointError as e:
         raise CliError(str(e)) from None
+    return names, disagreements(view, kubelet)
 
 
 def _reserved_cpus(args: argparse.Namespace, checkpoint: Checkpoint,

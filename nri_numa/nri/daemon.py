@@ -52,7 +52,7 @@ from nri_numa.topology.model import Topology
 if TYPE_CHECKING:
     from nri_numa.cluster.feed import ClusterFeed
     from nri_numa.cluster.start import ExportPlan
-    from nri_numa.state.kubelet_checkpoints import KubeletCpuState
+    from nri_numa.state.kubelet_checkpoints import KubeletPlacements
 
 log = logging.getLogger(__name__)
 
@@ -343,7 +343,7 @@ def _run(options: DaemonOptions, environ: dict[str, str], signals: StopSignals) 
                                 cgroup_root=CGROUP_ROOT,
                                 on_change=lambda: feed.changed() if feed is not None else None,
                                 on_refusal=refused if plan is not None else None,
-                                kubelet_cpus=_kubelet_cpus(options.kubelet_state_dir))
+                                kubelet_state=_kubelet_state(options.kubelet_state_dir))
         except (ConfigError, CheckpointError) as e:
             raise DaemonError(str(e)) from None
         if plan is not None:
@@ -398,25 +398,34 @@ def _start_reloader(options: DaemonOptions, plugin: NumaPlugin, signals: StopSig
     return reloader
 
 
-def _kubelet_cpus(folder: Path | None) -> KubeletCpuState | None:
-    """The kubelet's CPU Manager checkpoint, to adopt its placements at the first Synchronize
-    (docs/migrating-from-kubelet.md); None without one. A bad file is one warning: the running
-    containers are then placed anew, as without it."""
-    from nri_numa.state.kubelet_checkpoints import KubeletCheckpointError, read_cpu_state
+def _kubelet_state(folder: Path | None) -> KubeletPlacements | None:
+    """The kubelet's CPU and Memory Manager checkpoints, to adopt their placements at the first
+    Synchronize (docs/migrating-from-kubelet.md); None without either. A bad file is one
+    warning: what it would have given is then placed anew, as without it."""
+    from nri_numa.state.kubelet_checkpoints import (CPU_STATE_FILE, MEMORY_STATE_FILE,
+                                                    KubeletCheckpointError, KubeletPlacements,
+                                                    read_cpu_state, read_memory_state)
 
-    path = (folder or KUBELET_ROOT) / "cpu_manager_state"
-    if not path.is_file():
+    found = {}
+    for name, read in ((CPU_STATE_FILE, read_cpu_state), (MEMORY_STATE_FILE, read_memory_state)):
+        path = (folder or KUBELET_ROOT) / name
+        if not path.is_file():
+            continue
+        try:
+            found[name] = read(path)
+        except KubeletCheckpointError as e:
+            log.warning("%s; what it gives is placed anew", e)
+    if not found:
         if folder is not None:
-            log.warning("%s: no such file; running containers are placed anew", path)
+            log.warning("%s: neither %s nor %s; running containers are placed anew", folder,
+                        CPU_STATE_FILE, MEMORY_STATE_FILE)
         return None
-    try:
-        state = read_cpu_state(path)
-    except KubeletCheckpointError as e:
-        log.warning("%s; running containers are placed anew", e)
-        return None
-    log.info("the kubelet's checkpoint %s (policy %s, %d containers with CPUs of their own): "
-             "adopted at the first Synchronize where it fits", path, state.policy,
-             len(state.assignments))
+    state = KubeletPlacements(found.get(CPU_STATE_FILE), found.get(MEMORY_STATE_FILE))
+    for name, held in ((CPU_STATE_FILE, state.cpu), (MEMORY_STATE_FILE, state.memory)):
+        if held is not None:
+            log.info("the kubelet's checkpoint %s (policy %s, %d containers placed): adopted at "
+                     "the first Synchronize where it fits", (folder or KUBELET_ROOT) / name,
+                     held.policy, len(held.assignments))
     return state
 
 

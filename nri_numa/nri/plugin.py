@@ -28,7 +28,7 @@ from nri_numa.engine.decision import Placement
 from nri_numa.engine.request import RequestError
 from nri_numa.nri import decision_log, resize, sync, translate
 from nri_numa.nri.container_requests import (KubeletHints, RequestReader, pod_as_known,
-                                             with_requested_devices)
+                                             with_requested_devices, with_scheduled_numa)
 from nri_numa.nri.decision_log import log
 from nri_numa.nri.pb import api_pb2 as api
 from nri_numa.nri.persistence import StateFile, recorded
@@ -39,7 +39,7 @@ from nri_numa.runtime import (DeviceGranter, DeviceLocator, GrantError, RuntimeC
                               RuntimeInputError)
 from nri_numa.safeio.bounds import clip
 from nri_numa.state.checkpoint import CheckpointError, CheckpointStore
-from nri_numa.state.kubelet_checkpoints import KubeletCpuState
+from nri_numa.state.kubelet_checkpoints import KubeletPlacements
 from nri_numa.state.ledger import Ledger, LedgerError
 from nri_numa.state.plugin_records import ContainerRecord, PodRecord
 from nri_numa.state.recorded_config import refuse_change
@@ -64,7 +64,7 @@ class NumaPlugin:
                  cgroup_root: Path | None = None,
                  on_change: Callable[[], None] | None = None,
                  on_refusal: OnRefusal | None = None,
-                 kubelet_cpus: KubeletCpuState | None = None,
+                 kubelet_state: KubeletPlacements | None = None,
                  ) -> None:
         self._topology = topology
         self._granter = granter or DeviceGranter(topology)  # devices → nodes, rules, env
@@ -79,9 +79,9 @@ class NumaPlugin:
         self._on_refusal = on_refusal or (lambda pod, container, reason, text: None)
         self._metrics = metrics
         self._starts = StartCheck(cgroup_root)  # None: compare with the creation only
-        # The kubelet's CPU Manager checkpoint, for the first Synchronize only: moving a node
-        # from the kubelet's static policy keeps running containers where the kubelet put them.
-        self._kubelet_cpus = kubelet_cpus
+        # The kubelet's CPU and Memory Manager checkpoints, for the first Synchronize only: moving
+        # a node from the kubelet's static policies keeps running containers where it put them.
+        self._kubelet_state = kubelet_state
         self._lock = threading.Lock()
         ctx = EngineContext.build(topology, config)
         self._state_file = StateFile(store, ctx)
@@ -120,9 +120,11 @@ class NumaPlugin:
         records = self._records
         with self._lock, self._transaction(), self._one_kubelet_answer():
             sync.release_missing(records, live_ids)
-            kubelet, self._kubelet_cpus = self._kubelet_cpus, None
+            kubelet, self._kubelet_state = self._kubelet_state or KubeletPlacements(), None
             for container in sync.to_adopt(records, self._reader, live):
-                sync.adopt(records, self._reader, container, _kubelet_cpus_of(kubelet, container))
+                uid, name = container.pod.uid, container.name
+                sync.adopt(records, self._reader, container,
+                           kubelet.cpus_of(uid, name, container.id), kubelet.memory_of(uid, name))
             updates = sync.restore_cpusets(records, {c.id: c for c in live},
                                            self._topology.online_cpus)
             updates += self._cgroups_missed(req.containers, {u.container_id for u in updates})
@@ -252,7 +254,8 @@ class NumaPlugin:
         records = self._records
         pod, request = self._reader.read(container, records)
         request = with_requested_devices(records.ledger.ctx, container, pod, request)
-        pod_req = pod_as_known(records, container, request)
+        pod_req = with_scheduled_numa(records.ledger.ctx, pod, request.name,
+                                      pod_as_known(records, container, request))
         try:
             result = records.ledger.admit(pod_req, [request.name])
         except (RequestError, ValueError) as e:
@@ -260,6 +263,8 @@ class NumaPlugin:
             raise PluginError(f"nri-numa: {decision_log.describe(pod, request.name)}: "
                               f"{e}") from None
         self._metrics.decided(records.ledger.ctx, pod_req, request, result.decision)
+        if (chosen := result.decision.preferred_numa) is not None and not chosen.honoured:
+            decision_log.stale_choice(pod, request.name, chosen)
         rejection = result.decision.rejection
         if rejection is not None:
             # One line, led by the kubelet's reason, as the kubelet would show it.
@@ -362,16 +367,6 @@ class NumaPlugin:
         with self._state_file.transaction(self._records):
             yield
         self._on_change()
-
-
-def _kubelet_cpus_of(state: KubeletCpuState | None,
-                     container: RuntimeContainer) -> frozenset[int] | None:
-    """The CPUs the kubelet's checkpoint gives a container: by pod UID and name (v2), or by
-    container id (v1)."""
-    if state is None:
-        return None
-    return (state.assignments.get((container.pod.uid, container.name))
-            or state.assignments.get(("", container.id)))
 
 
 def _config_from_text(text: str) -> EngineConfig:

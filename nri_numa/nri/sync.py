@@ -18,14 +18,20 @@ from nri_numa.engine.context import EngineContext
 from nri_numa.engine.decision import Placement
 from nri_numa.engine.devices import sorted_ids
 from nri_numa.engine.devices.requested import with_annotated_devices
-from nri_numa.engine.request import ContainerRequest, PodRequest, RequestError, guaranteed_cpus
+from nri_numa.engine.memory import Block, MemoryAllocationError
+from nri_numa.engine.memory import adopt as adopt_memory
+from nri_numa.engine.quantity import format_binary
+from nri_numa.engine.request import (ContainerRequest, PodRequest, QosClass, RequestError,
+                                     guaranteed_cpus)
 from nri_numa.nri import decision_log, translate
 from nri_numa.nri.container_requests import RequestReader, pod_as_known
 from nri_numa.nri.decision_log import log
 from nri_numa.nri.pb import api_pb2 as api
 from nri_numa.nri.records import Records
 from nri_numa.runtime import RuntimeContainer, requested_devices
+from nri_numa.state.kubelet_checkpoints import MemoryBlock
 from nri_numa.state.ledger import Ledger
+from nri_numa.state.plugin_records import PodRecord
 from nri_numa.topology.cpulist import format_list
 
 
@@ -52,19 +58,23 @@ def to_adopt(records: Records, reader: RequestReader,
 
 
 def adopt(records: Records, reader: RequestReader, container: RuntimeContainer,
-          kubelet_cpus: frozenset[int] | None = None) -> None:
+          kubelet_cpus: frozenset[int] | None = None,
+          kubelet_memory: tuple[MemoryBlock, ...] | None = None) -> None:
     """A running container we did not place: keep its CPUs when they are already
     exclusive and free, else place it; one that does not fit only follows the shared pool.
     Either way the devices it was given for its ``numa.nri.io/devices`` request stay its own
     (``held_devices``), so they are not handed to another container. ``kubelet_cpus``: the
     CPUs the kubelet's CPU Manager checkpoint gives it, kept instead of those it runs on when
-    they pass the same checks (on this machine, free, not reserved, as many as it asks for)."""
+    they pass the same checks (on this machine, free, not reserved, as many as it asks for).
+    ``kubelet_memory``: the blocks the kubelet's Memory Manager checkpoint gives it, held as
+    they are when nri-numa's static Memory Manager can take them; the CPUs then follow them."""
     pod, request = reader.read(container, records)
     request = _with_own_devices(records, container, request)
     pod_req = pod_as_known(records, container, request)
     held = _held_devices(records, reader, container, pod_req, request.name)
+    allocs = _with_kubelet_memory(records, pod, pod_req, request, kubelet_memory)
     cpus = container.cpuset_cpus if kubelet_cpus is None else kubelet_cpus
-    placement = _adopt_in_place(records, pod_req, request, cpus, held)
+    placement = _adopt_in_place(records, allocs, pod_req, request, cpus, held)
     if placement is None and kubelet_cpus is not None:
         log.warning("running %s: the kubelet's checkpoint gives it CPUs %s, which are not free "
                     "exclusive CPUs of this machine as many as it asks for; placed anew",
@@ -76,7 +86,7 @@ def adopt(records: Records, reader: RequestReader, container: RuntimeContainer,
         records.remember(container.id, pod, request, placement)
         return
     ctx = records.ledger.ctx
-    seeded = _seeded(records.ledger.allocations, pod_req.uid, request.name, frozenset(), held)
+    seeded = _seeded(allocs, pod_req.uid, request.name, frozenset(), held)
     try:
         result = admit(ctx, seeded, pod_req, [request.name])
         reason = result.decision.rejection and result.decision.rejection.message
@@ -86,7 +96,8 @@ def adopt(records: Records, reader: RequestReader, container: RuntimeContainer,
         log.warning("running %s does not fit (%s); it stays in the shared pool",
                     decision_log.describe(pod, request.name), reason)
         if held:  # its devices stay held even so
-            records.ledger = Ledger(ctx, seeded)
+            records.ledger = Ledger(ctx, _seeded(records.ledger.allocations, pod_req.uid,
+                                                 request.name, frozenset(), held))
         records.remember_unplaced(container.id, pod, request, container.cpuset_cpus or frozenset())
         return
     records.ledger = Ledger(ctx, result.allocations)
@@ -159,12 +170,42 @@ def _adoptable(ctx: EngineContext, allocs: Allocations, pod: PodRequest,
     return (allocs.shared | free_isolated) if mode == "prefer" else free_isolated
 
 
-def _adopt_in_place(records: Records, pod: PodRequest, request: ContainerRequest,
-                    cpus: frozenset[int] | None,
+def _with_kubelet_memory(records: Records, pod: PodRecord, pod_req: PodRequest,
+                         request: ContainerRequest,
+                         blocks: tuple[MemoryBlock, ...] | None) -> Allocations:
+    """The ledger's allocations with the container holding the memory the kubelet's checkpoint
+    gives it; unchanged (and a warning: the engine places the memory) when nri-numa's Memory
+    Manager cannot take those blocks as they are."""
+    allocs = records.ledger.allocations
+    if blocks is None:
+        return allocs
+    given = ", ".join(f"{b.resource} {format_binary(b.size)} on NUMA nodes "
+                      f"{format_list(b.numa_nodes)}" for b in blocks)
+    who = decision_log.describe(pod, request.name)
+    if allocs.memory is None or pod_req.qos is not QosClass.GUARANTEED:
+        log.warning("running %s: the kubelet's checkpoint gives it %s, which nri-numa's Memory "
+                    "Manager does not place (memoryManagerPolicy None, or not Guaranteed)",
+                    who, given)
+        return allocs
+    engine_blocks = [Block(b.numa_nodes, b.resource, b.size) for b in blocks]
+    try:
+        memory = adopt_memory(allocs.memory, pod_req.uid, request.name, engine_blocks,
+                              request.memory_requests())
+    except MemoryAllocationError as e:
+        log.warning("running %s: the kubelet's checkpoint gives it %s, not kept (%s); its "
+                    "memory is placed anew", who, given, e)
+        return allocs
+    log.info("running %s keeps the kubelet's %s", who, given)
+    return allocs.with_memory(memory)
+
+
+def _adopt_in_place(records: Records, allocs: Allocations, pod: PodRequest,
+                    request: ContainerRequest, cpus: frozenset[int] | None,
                     devices: dict[str, tuple[str, ...]]) -> Placement | None:
     """Admit a Guaranteed container on the CPUs it runs on, when they are as many as it
-    asks for, all free and none reserved; None when it cannot stay where it is."""
-    ctx, allocs = records.ledger.ctx, records.ledger.allocations
+    asks for, all free and none reserved; None when it cannot stay where it is. ``allocs``:
+    the ledger's, with the memory the container keeps."""
+    ctx = records.ledger.ctx
     count = guaranteed_cpus(pod, request) if ctx.cpu_static else 0
     if (not count or not cpus or len(cpus) != count
             or not cpus <= _adoptable(ctx, allocs, pod, request) or cpus & ctx.reserved_cpus):

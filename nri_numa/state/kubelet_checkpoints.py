@@ -51,6 +51,26 @@ class KubeletMemoryState:
     assignments: dict[tuple[str, str], tuple[MemoryBlock, ...]]  # (pod uid, container) → blocks
 
 
+@dataclass(frozen=True)
+class KubeletPlacements:
+    """What the kubelet's two checkpoints give the running containers; either may be missing."""
+
+    cpu: KubeletCpuState | None = None
+    memory: KubeletMemoryState | None = None
+
+    def cpus_of(self, pod_uid: str, name: str, container_id: str) -> frozenset[int] | None:
+        """By pod UID and container name (v2 layout), or by container id (v1)."""
+        if self.cpu is None:
+            return None
+        return (self.cpu.assignments.get((pod_uid, name))
+                or self.cpu.assignments.get(("", container_id)))
+
+    def memory_of(self, pod_uid: str, name: str) -> tuple[MemoryBlock, ...] | None:
+        if self.memory is None:
+            return None
+        return self.memory.assignments.get((pod_uid, name))
+
+
 def fnv1a_32(data: bytes) -> int:
     value = 0x811C9DC5
     for byte in data:

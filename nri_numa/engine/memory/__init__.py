@@ -6,7 +6,7 @@ chosen NUMA nodes, ``remove`` gives them back. Every operation takes a state and
 the ledger stores it and makes operations transactional.
 """
 
-from nri_numa.engine.memory.allocate import MemoryAllocationError, allocate, remove
+from nri_numa.engine.memory.allocate import MemoryAllocationError, adopt, allocate, remove
 from nri_numa.engine.memory.hints import (
     best_hint,
     container_hints,
@@ -34,7 +34,7 @@ from nri_numa.engine.memory.state import (
 __all__ = [
     "MEMORY", "Block", "InitContainer", "MemoryAllocationError", "MemoryRequestError",
     "MemoryState", "MemoryStateError", "MemoryTable", "NodeState", "ReservedMemoryError",
-    "allocate", "best_hint", "check_reserved_memory", "container_hints", "is_memory_resource",
+    "adopt", "allocate", "best_hint", "check_reserved_memory", "container_hints", "is_memory_resource",
     "machine_state_difference", "memory_hints", "pod_hints", "regenerate_hints", "remove",
     "requested_resources", "restore",
 ]

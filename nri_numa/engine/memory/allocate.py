@@ -22,6 +22,10 @@ pod (the caller decides QoS) and returns the new state:
 a regular init container, a sidecar or an app container follows from it. Errors are
 ``MemoryAllocationError`` with the kubelet's text.
 
+``adopt(state, pod_id, container_name, blocks, request)`` takes blocks another manager gave a
+running container (the kubelet's ``memory_manager_state``) as they are, when they hold exactly
+``request``, fit the free memory and keep the groups whole; else ``MemoryAllocationError``.
+
 ``remove(state, pod_id, container_name)`` gives a container's blocks back (a node left with no
 assignment leaves its group). Removing an unknown container returns the state unchanged.
 """
@@ -35,6 +39,7 @@ from nri_numa.engine.memory.hints import best_hint, lead_resource, memory_hints
 from nri_numa.engine.memory.nodes import Mask, release_on, reserve_on
 from nri_numa.engine.memory.resources import InitContainer, requested_resources
 from nri_numa.engine.memory.state import Block, MemoryState, MemoryStateError
+from nri_numa.engine.quantity import format_binary
 
 
 class MemoryAllocationError(Exception):
@@ -67,6 +72,47 @@ def allocate(state: MemoryState, pod_id: str, container_name: str, request: Mapp
     _shrink_init_blocks(pod_blocks, container_name, init_containers, blocks)
     return state.derive(nodes, pod_id, pod_blocks,
                         _reuse_record(state, pod_id, container_name, init_containers, blocks))
+
+
+def adopt(state: MemoryState, pod_id: str, container_name: str, blocks: Sequence[Block],
+          request: Mapping[str, int]) -> MemoryState:
+    """``state`` with the container holding ``blocks``: one mask for all of them, as ``allocate``
+    would have made (the kubelet's static policy gives every resource of a container the same
+    mask), each resource as large as the request."""
+    if state.container_blocks(pod_id, container_name) is not None:
+        raise MemoryAllocationError("the container holds memory already")
+    request = requested_resources(request)
+    masks = {b.numa_affinity for b in blocks}
+    sizes = {b.type: b.size for b in blocks}
+    if len(masks) != 1 or len(sizes) != len(blocks) or sizes != dict(request):
+        raise MemoryAllocationError(f"the blocks ({_described(blocks)}) are not one mask holding "
+                                    f"what the container asks for ({_described_request(request)})")
+    mask = masks.pop()
+    unknown = [n for n in mask if n not in state.nodes
+               or not set(request) <= set(state.nodes[n].tables)]
+    if not mask or unknown:
+        raise MemoryAllocationError(f"NUMA nodes {list(unknown or mask)} are not this machine's "
+                                    "or lack a resource asked for")
+    if not _fits(state, mask, request):
+        raise MemoryAllocationError(f"NUMA nodes {list(mask)} have not that much free")
+    if _breaks_groups(state, mask) or _lone_member_of_group(state, mask):
+        raise MemoryAllocationError(f"NUMA nodes {list(mask)} are used by other containers "
+                                    "alone or in another group")
+    nodes = state.nodes.copy()
+    for block in blocks:
+        reserve_on(nodes, mask, block.type, block.size)
+    pod_blocks = state.blocks.get(pod_id, {}).copy()
+    pod_blocks[container_name] = tuple(sorted(blocks, key=lambda b: b.type))
+    return state.derive(nodes, pod_id, pod_blocks, state.reusable)
+
+
+def _described(blocks: Sequence[Block]) -> str:
+    return ", ".join(f"{b.type} {format_binary(b.size)} on {list(b.numa_affinity)}"
+                     for b in blocks) or "none"
+
+
+def _described_request(request: Mapping[str, int]) -> str:
+    return ", ".join(f"{r} {format_binary(size)}" for r, size in sorted(request.items())) or "nothing"
 
 
 def remove(state: MemoryState, pod_id: str, container_name: str) -> MemoryState:
