@@ -17,7 +17,7 @@ from tests.e2e.harness.cgroups import CgroupLayout, detect_layout
 from tests.e2e.harness.runtimes import RuntimesUnavailable, ensure_runtimes
 from tests.e2e.nri_agent import require_two_cpus
 from tests.e2e_k8s.kube import Kube
-from tests.e2e_k8s.lab import CONTAINERD_VERSION, Lab, LabFailed, LabUnavailable, find_binaries
+from tests.e2e_k8s.lab import CONTAINERD_VERSION, DEVICE_PLUGIN, Lab, LabFailed, LabUnavailable, find_binaries
 from tests.e2e_k8s.pods import SUMMARY, delete_all_test_pods
 
 E2E_REQUIRED_ENV = "NRI_NUMA_E2E_REQUIRED"
@@ -94,7 +94,9 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]):  
         report.longrepr = f"skipped, but {E2E_REQUIRED_ENV}=1 says it must run here: {reason}"
     made = getattr(item, "funcargs", {}).get("lab")
     if report.failed and isinstance(made, Lab):
-        for name in ("nri-numa", "kubelet", "containerd"):
+        for name in ("nri-numa", "kubelet", "containerd", DEVICE_PLUGIN):
+            if name == DEVICE_PLUGIN and not (made.logs / f"{name}.log").is_file():
+                continue  # started only by the tests that need devices
             report.sections.append((f"k8s lab: {name} log", made.log_tail(name, LOG_LINES_ON_FAILURE)))
 
 

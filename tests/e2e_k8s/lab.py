@@ -48,6 +48,7 @@ CACHE = Path(os.environ.get("NRI_NUMA_K8S_CACHE", f"/var/cache/nri-numa/k8s-{K8S
 K8S_DEPS = REPO / "scripts" / "k8s-deps"
 K8S_BINARIES = ("kube-apiserver", "kubelet", "kube-scheduler", "kube-controller-manager", "kubectl")
 AGENT = REPO / ".venv" / "bin" / "nri-numa"
+PYTHON = REPO / ".venv" / "bin" / "python"
 CONTAINERD_VERSION = "1.7.24"  # kubelet 1.20 speaks CRI v1alpha2, which containerd 2.x dropped
 CNI_PLUGINS = Path("/usr/lib/cni")  # Debian's containernetworking-plugins
 NODE_NAME = "localhost"  # the apiserver reaches the kubelet by this name: always 127.0.0.1
@@ -60,6 +61,9 @@ KUBELET_SYSCTLS = ("vm/overcommit_memory", "vm/panic_on_oom", "kernel/panic", "k
 IP_FORWARD = "net/ipv4/ip_forward"  # the CNI bridge plugin may turn it on
 NETNS_DIR = Path("/var/run/netns")
 OWNER_FILE = Path("/run/nri-numa-k8s-lab")
+# Kubelet 1.20 serves its device plugin Registration here whatever its --root-dir says.
+DEVICE_PLUGIN_DIR = Path("/var/lib/kubelet/device-plugins")
+DEVICE_PLUGIN = "fake-device-plugin"  # the lab's name for python -m nri_numa.fake_device_plugin
 NRT_CRD = REPO / "packaging" / "kubernetes" / "noderesourcetopology-crd.yaml"
 NRT_CRD_NAME = "noderesourcetopologies.topology.node.k8s.io"
 NRT_RESYNC_S = 5  # the agent reads its NodeResourceTopology back this often and mends it
@@ -72,7 +76,7 @@ APISERVER_READY_S = 120.0
 NODE_READY_S = 180.0
 STOP_TIMEOUT_S = 15.0
 # The order of the tear-down: the kubelet first, so that it restarts nothing; etcd last.
-STOP_ORDER = ("kubelet", "kube-scheduler", "kube-controller-manager", "nri-numa", "containerd",
+STOP_ORDER = ("kubelet", DEVICE_PLUGIN, "kube-scheduler", "kube-controller-manager", "nri-numa", "containerd",
               "kube-apiserver", "etcd")
 
 Progress = Callable[[str], None]
@@ -390,6 +394,38 @@ class Lab:
     def restart(self, name: str) -> None:
         self._start(name, self._argv[name])
 
+    def restart_agent(self, topology: Path | None = None) -> None:
+        """Stop ``nri-numa run`` and start it again on ``topology`` (a topology JSON file, in
+        place of what it discovers on this machine), or on the machine again with None; each
+        with a state folder of its own, so that neither restores placements made on the other
+        machine. Returns once containerd has connected the new agent."""
+        connected_before = self._agent_connections()
+        problems = self._stop("nri-numa")
+        if problems:
+            raise LabFailed(f"restarting nri-numa: {problems}")
+        self._start_agent(topology)
+        self._wait(lambda: self._agent_connections() > connected_before, 30.0,
+                   "containerd to connect the restarted nri-numa", "nri-numa")
+
+    def start_device_plugin(self, device_file: Path) -> None:
+        """Start the fake device plugin (``python -m nri_numa.fake_device_plugin``) against the
+        kubelet, advertising what ``device_file`` says (read again when it changes); returns once
+        it has registered. ``down`` stops it with the rest; ``stop_device_plugin`` before."""
+        self._start(DEVICE_PLUGIN, [str(PYTHON), "-m", "nri_numa.fake_device_plugin",
+                                    "--devices", str(device_file), "--plugin-dir", str(DEVICE_PLUGIN_DIR)])
+        self._wait(lambda: "registered " in self.log_tail(DEVICE_PLUGIN, 20), 30.0,
+                   "the fake device plugin to register with the kubelet", DEVICE_PLUGIN)
+
+    def stop_device_plugin(self) -> list[str]:
+        """Stop the fake device plugin; what could not be stopped."""
+        if DEVICE_PLUGIN not in self.recorded.pids:
+            return []
+        problems = self._stop(DEVICE_PLUGIN)
+        del self.recorded.pids[DEVICE_PLUGIN]
+        self._children.pop(DEVICE_PLUGIN, None)
+        self._save()
+        return problems
+
     def _start(self, name: str, argv: list[str], env: dict[str, str] | None = None) -> None:
         self._argv[name] = argv
         with (self.logs / f"{name}.log").open("ab") as log:
@@ -440,22 +476,28 @@ class Lab:
                 self.recorded.pids["containerd"] = [daemon.process.pid, _start_time(daemon.process.pid)]
                 self._save()
 
-    def _start_agent(self) -> None:
+    def _start_agent(self, topology: Path | None = None) -> None:
         folder = self.folder / "nri-numa"
         folder.mkdir(exist_ok=True)
         config = folder / "config.yaml"
         config.write_text("".join(f"{k}: {json.dumps(v)}\n" for k, v in AGENT_CONFIG.items()))
+        machine = ["--topology", str(topology)] if topology is not None else []
+        state = folder / ("state" if topology is None else f"state-{topology.stem}")
         self._start("nri-numa", [
-            str(AGENT), "run", "--nri-socket", str(self.nri_socket), "--config", str(config),
-            "--state-dir", str(folder / "state"), "--pod-resources-socket", str(self.pod_resources_socket),
+            str(AGENT), "run", "--nri-socket", str(self.nri_socket), "--config", str(config), *machine,
+            "--state-dir", str(state), "--pod-resources-socket", str(self.pod_resources_socket),
             "--metrics-address", f"127.0.0.1:{self.recorded.ports['metrics']}",
             "--log-file", str(self.agent_log), "--kubeconfig", str(self.kubeconfig),
             "--node-name", NODE_NAME, "--nrt-resync-period", str(NRT_RESYNC_S),
             "--evict-after-refusals", str(EVICT_AFTER_REFUSALS), "--eviction-delay", "0"])
 
     def _agent_connected(self) -> bool:
+        return self._agent_connections() > 0
+
+    def _agent_connections(self) -> int:
+        """How often containerd has logged nri-numa connecting."""
         log = self.logs / "containerd.log"
-        return log.is_file() and 'plugin \\"90-nri-numa\\" connected' in log.read_text(errors="replace")
+        return log.read_text(errors="replace").count('plugin \\"90-nri-numa\\" connected') if log.is_file() else 0
 
     def _start_kubelet(self, binaries: K8sBinaries) -> None:
         self._make_cgroup_root()
