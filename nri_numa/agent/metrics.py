@@ -15,6 +15,9 @@ CreateContainer, so one CreateContainer is one admission request.
 * ``memory_manager_pinning_requests_total`` / ``..._errors_total``: the same for the Static memory
   policy, which pins every container of a Guaranteed pod. The providers allocate CPUs, then
   memory, then devices: a container whose CPUs could not be had never reaches memory.
+* ``scheduled_numa_nodes_stale_total`` (ours, no kubelet twin): containers whose pod carried
+  the scheduler extender's NUMA nodes (numa.nri.io/scheduled-numa-nodes) that no longer held
+  them, so the engine decided anew.
 
 Gauges are computed from the ledger when scraped (``LedgerCollector``), so they are never out of
 step with it; the handlers only increment counters, which takes a lock for a few instructions.
@@ -132,6 +135,10 @@ class PluginMetrics:
         self.memory_errors = Counter(
             "memory_manager_pinning_errors", "The number of memory pages allocations which "
             "required pinning failed.", namespace=PREFIX, registry=r)
+        self.stale_choices = Counter(
+            "scheduled_numa_nodes_stale", "The number of containers whose pod's scheduled NUMA "
+            "nodes (numa.nri.io/scheduled-numa-nodes) no longer held them: decided anew.",
+            namespace=PREFIX, registry=r)
         self.cpuset_repairs = Counter(
             "cpuset_repairs", "The number of cpusets sent again to a started container whose "
             "cgroup missed an update.", namespace=PREFIX, registry=r)
@@ -153,6 +160,8 @@ class PluginMetrics:
 
     def decided(self, ctx: EngineContext, pod: PodRequest, request: ContainerRequest,
                 decision: Decision) -> None:
+        if decision.preferred_numa is not None and not decision.preferred_numa.honoured:
+            self.stale_choices.inc()
         try:
             pinning = pinning_of(ctx, pod, request, decision)
         except Exception:  # a counter is never worth failing a container over

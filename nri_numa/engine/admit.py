@@ -11,17 +11,19 @@ from dataclasses import dataclass, replace
 
 from nri_numa.engine.allocations import Allocations
 from nri_numa.engine.annotations import AnnotationError, isolated_cpus_mode, pod_topology
-from nri_numa.engine.config import TopologyScope
+from nri_numa.engine.config import TopologyPolicy, TopologyScope
 from nri_numa.engine.context import EngineContext
-from nri_numa.engine.decision import Decision, Placement, Rejection, refusal_message
+from nri_numa.engine.decision import (Decision, Placement, PreferredNuma, Rejection,
+                                      refusal_message)
 from nri_numa.engine.devices.requested import with_annotated_devices
 from nri_numa.engine.providers.cpu import CPU, ISOLATED_REFUSAL, CpuProvider, isolated_shortfall
 from nri_numa.engine.providers.devices import DeviceProvider
 from nri_numa.engine.providers.memory import MemoryProvider
-from nri_numa.engine.request import PodRequest
+from nri_numa.engine.request import ContainerRequest, PodRequest
 from nri_numa.engine.scope import MergeStep, Refused, ScopeRun
 from nri_numa.engine.scope import container as container_scope
 from nri_numa.engine.scope import pod as pod_scope
+from nri_numa.topology.cpulist import format_list
 
 PROVIDERS = (CpuProvider(), MemoryProvider(), DeviceProvider())
 
@@ -35,7 +37,14 @@ class Admission:
 
 def admit(ctx: EngineContext, allocs: Allocations, pod: PodRequest,
           containers: Iterable[str] | None = None) -> Admission:
-    """Place ``containers`` of ``pod`` (all of them when None), in the pod's spec order."""
+    """Place ``containers`` of ``pod`` (all of them when None), in the pod's spec order.
+
+    With ``pod.preferred_numa`` (the scheduler's choice), the merges first count only hints
+    inside those NUMA nodes; when that admits, it is the answer. Otherwise the pod is decided
+    anew, exactly as without a preference, and the decision says why the choice was stale.
+    The preference only picks among the alignments the pod's resources and the policy allow:
+    when the plain run's best hint lies inside the choice, both runs give the same answer.
+    """
     try:
         chosen = (pod_topology(ctx.config, pod.annotations) if pod.annotations
                   else ctx.node_topology)
@@ -47,12 +56,33 @@ def admit(ctx: EngineContext, allocs: Allocations, pod: PodRequest,
         return Admission(Decision(pod.uid, str(ctx.config.topology_manager_policy),
                                   str(ctx.config.topology_manager_scope), rejection=rejection,
                                   shared_pool=allocs.shared), allocs)
-    policy, scope = chosen.policy, chosen.scope
     names = None if containers is None else set(containers)
     if names is not None and (unknown := names - {c.name for c in pod.containers}):
         raise ValueError(f"pod {pod.uid} has no container named {', '.join(sorted(unknown))}")
     wanted = [c for c in pod.containers if names is None or c.name in names]
-    run = ScopeRun(ctx, PROVIDERS, str(policy))
+    preferred = pod.preferred_numa
+    if preferred is None or chosen.policy is TopologyPolicy.NONE:
+        return _admit(ctx, allocs, pod, wanted, chosen.policy, chosen.scope, None)
+    if not preferred <= ctx.machine_merge.default_affinity:
+        stale = (f"NUMA node {format_list(preferred - ctx.machine_merge.default_affinity)} is "
+                 "not on this machine")
+    else:
+        inside = _admit(ctx, allocs, pod, wanted, chosen.policy, chosen.scope, preferred)
+        if inside.decision.admitted:
+            return _noted(inside, PreferredNuma(preferred, True))
+        stale = inside.decision.rejection.message
+    anew = _admit(ctx, allocs, pod, wanted, chosen.policy, chosen.scope, None)
+    return _noted(anew, PreferredNuma(preferred, False, stale))
+
+
+def _noted(result: Admission, preferred: PreferredNuma) -> Admission:
+    return replace(result, decision=replace(result.decision, preferred_numa=preferred))
+
+
+def _admit(ctx: EngineContext, allocs: Allocations, pod: PodRequest,
+           wanted: list[ContainerRequest], policy: TopologyPolicy, scope: TopologyScope,
+           within: frozenset[int] | None) -> Admission:
+    run = ScopeRun(ctx, PROVIDERS, str(policy), within=within)
     admit_containers = (pod_scope if scope is TopologyScope.POD else container_scope).admit_containers
     try:
         if short := isolated_shortfall(ctx, allocs, pod, wanted):

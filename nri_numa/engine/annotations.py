@@ -22,6 +22,12 @@ Isolated CPUs (the kernel's ``isolcpus``) are asked for the same way: ``numa.nri
 on the pod (every container of it), ``numa.nri.io/isolated-cpus.<container>`` on the pod, or
 ``numa.nri.io/isolated-cpus`` on the container itself (the most specific one wins); the value is
 ``prefer`` or ``require`` (docs/annotations.md). A request too, not gated by ``allowPodOverrides``.
+
+``numa.nri.io/scheduled-numa-nodes`` is written by the scheduler extender at bind: the NUMA nodes
+its run of the engine chose. It is a preference, not an override: ``scheduled_numa_nodes`` reads
+it for the front doors, which hand it to the engine as ``PodRequest.preferred_numa``; a value
+that cannot be read is ignored with a warning there, never a refusal (the scheduler's note must
+not stop a pod), so ``pod_topology`` only accepts the name.
 """
 
 from __future__ import annotations
@@ -32,6 +38,7 @@ from typing import TypeVar
 
 from nri_numa.engine.config import EngineConfig, Ranked, TopologyPolicy, TopologyScope
 from nri_numa.safeio.bounds import MAX_ANNOTATION_VALUE, clip, quote
+from nri_numa.topology.cpulist import ListFormatError, format_list, parse_list
 
 PREFIX = "numa.nri.io/"
 TOPOLOGY_POLICY = PREFIX + "topology-policy"
@@ -42,6 +49,9 @@ DEVICES_FOR = DEVICES + "."  # + a container name, on the pod: what that contain
 ISOLATED_CPUS = PREFIX + "isolated-cpus"  # on a pod or a container: prefer or require isolcpus
 ISOLATED_CPUS_FOR = ISOLATED_CPUS + "."  # + a container name, on the pod
 ISOLATED_CPUS_MODES = ("prefer", "require")
+SCHEDULED_NUMA_NODES = PREFIX + "scheduled-numa-nodes"  # on a pod: written by the extender
+# A NUMA list longer than this is not a scheduler's note: 64 two-digit ids as single items fit.
+MAX_SCHEDULED_NUMA_TEXT = 256
 
 R = TypeVar("R", bound=Ranked)
 
@@ -65,7 +75,7 @@ def pod_topology(config: EngineConfig, annotations: Mapping[str, str], *,
     """The node's policy and scope, narrowed by the pod's annotations; raises AnnotationError."""
     ours = {k: v for k, v in annotations.items() if k.startswith(PREFIX)}
     _check_names(ours, frozenset(OVERRIDES) | frozenset(other_known))
-    check_values(ours)
+    check_values({k: v for k, v in ours.items() if k != SCHEDULED_NUMA_NODES})
     asked = [name for name in OVERRIDES if name in ours]
     if asked and not config.allow_pod_overrides:
         raise AnnotationError(f"annotation {asked[0]}: pod overrides are disabled on this node "
@@ -83,6 +93,31 @@ def pod_topology(config: EngineConfig, annotations: Mapping[str, str], *,
         (TOPOLOGY_POLICY, config.topology_manager_policy, policy),
         (TOPOLOGY_SCOPE, config.topology_manager_scope, scope)) if value is not node_value)
     return PodTopology(policy=policy, scope=scope, overridden=overridden)
+
+
+def scheduled_numa_nodes(annotations: Mapping[str, str],
+                         machine_nodes: Iterable[int]) -> frozenset[int] | None:
+    """The NUMA nodes the scheduler extender chose for the pod (``numa.nri.io/scheduled-numa-nodes``),
+    or None without the annotation. AnnotationError, naming the value, for one that is not a
+    list of this machine's NUMA node ids; the caller ignores the annotation then."""
+    raw = annotations.get(SCHEDULED_NUMA_NODES)
+    if raw is None:
+        return None
+    where = f"annotation {SCHEDULED_NUMA_NODES}"
+    if not isinstance(raw, str) or len(raw) > MAX_SCHEDULED_NUMA_TEXT:
+        raise AnnotationError(f"{where}: the value {quote(raw)} is not a NUMA node list of at "
+                              f"most {MAX_SCHEDULED_NUMA_TEXT} characters")
+    try:
+        nodes = parse_list(raw)
+    except ListFormatError as e:
+        raise AnnotationError(f"{where}: {e}") from None
+    if not nodes:
+        raise AnnotationError(f"{where}: the value {quote(raw)} names no NUMA node")
+    unknown = nodes - frozenset(machine_nodes)
+    if unknown:
+        raise AnnotationError(f"{where}: NUMA node {format_list(unknown)} of {quote(raw)} is not "
+                              "on this machine")
+    return nodes
 
 
 def is_device_annotation(name: str) -> bool:
@@ -128,10 +163,10 @@ def check_values(ours: Mapping[str, object]) -> None:
 
 def _check_names(ours: Mapping[str, str], known: frozenset[str]) -> None:
     for name in sorted(ours):
-        if (name not in known and not is_device_annotation(name)
+        if (name not in known and name != SCHEDULED_NUMA_NODES and not is_device_annotation(name)
                 and not is_isolated_cpus_annotation(name)):
             names = sorted(known | {DEVICES, DEVICES_FOR + "<container>", ISOLATED_CPUS,
-                                    ISOLATED_CPUS_FOR + "<container>"})
+                                    ISOLATED_CPUS_FOR + "<container>", SCHEDULED_NUMA_NODES})
             raise AnnotationError(f"annotation {clip(name, 80)}: unknown; annotations under "
                                   f"{PREFIX} are {', '.join(names)}")
 

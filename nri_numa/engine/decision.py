@@ -51,6 +51,19 @@ class Rejection:
 
 
 @dataclass(frozen=True)
+class PreferredNuma:
+    """What became of the pod's preferred NUMA nodes (``PodRequest.preferred_numa``)."""
+
+    nodes: frozenset[int]
+    honoured: bool  # placed inside them; else decided anew
+    stale_because: str = ""  # why not, one line, when not honoured
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"nodes": format_list(self.nodes), "honoured": self.honoured,
+                "stale_because": self.stale_because or None}
+
+
+@dataclass(frozen=True)
 class Decision:
     pod: str
     policy: str
@@ -58,16 +71,20 @@ class Decision:
     placements: tuple[Placement, ...] = ()
     rejection: Rejection | None = None
     shared_pool: frozenset[int] = frozenset()
+    preferred_numa: PreferredNuma | None = None  # None: the pod had no preferred NUMA nodes
 
     @property
     def admitted(self) -> bool:
         return self.rejection is None
 
     def to_dict(self) -> dict[str, Any]:
-        return {"pod": self.pod, "admitted": self.admitted, "policy": self.policy,
-                "scope": self.scope, "placements": [p.to_dict() for p in self.placements],
-                "rejection": None if self.rejection is None else self.rejection.to_dict(),
-                "shared_pool": format_list(self.shared_pool)}
+        out = {"pod": self.pod, "admitted": self.admitted, "policy": self.policy,
+               "scope": self.scope, "placements": [p.to_dict() for p in self.placements],
+               "rejection": None if self.rejection is None else self.rejection.to_dict(),
+               "shared_pool": format_list(self.shared_pool)}
+        if self.preferred_numa is not None:
+            out["preferred_numa"] = self.preferred_numa.to_dict()
+        return out
 
 
 def refusal_message(rejection_reason: str, policy: str, demands: tuple[ResourceDemand, ...],

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from functools import cached_property
+from functools import cached_property, partial
 
 from nri_numa.engine.bitmask import bits, nonzero_intersections
 from nri_numa.engine.hints import Hint, MergeError, Slot, hint_of_mask
@@ -87,13 +87,23 @@ class MachineMerge:
                         distances if opts.prefer_closest_numa_nodes else None)
         return cls(info, opts)
 
-    def merge(self, policy: str, providers_hints: Sequence[ProviderHints]) -> tuple[Hint, bool]:
-        """``merge_hints`` on this machine: the node limit, the policy name, then the merge."""
+    def merge(self, policy: str, providers_hints: Sequence[ProviderHints],
+              within: frozenset[int] | None = None) -> tuple[Hint, bool]:
+        """``merge_hints`` on this machine: the node limit, the policy name, then the merge.
+
+        ``within``: only merged hints whose nodes lie inside these count (the scheduler's
+        choice); the kubelet's ranking among them is unchanged, so when the unrestricted answer
+        lies inside, it is the answer here too. When none lies inside, the answer is the
+        kubelet's "nothing merged", ``{all nodes, not preferred}``. Slots that all say "no
+        preference" have nothing to narrow and are merged as they are; so is policy none."""
         limit = self.options.max_allowable_numa_nodes
         if policy != "none" and len(self.info.nodes) > limit:
             raise MergeError(f"unsupported on machines with more than {limit} NUMA Nodes")
         chosen = policy_by_name(policy)
         slots = provider_slots(providers_hints)
+        if within is not None and policy != "none" and _asks_alignment(slots):
+            inside = partial(self.merger.merge, within=sum(1 << n for n in within))
+            return chosen.decide(slots, inside, self.default_affinity)
         if all(slot is _NO_PREFERENCE for slot in slots):
             # Nothing to align (a Burstable pod, say): the answer depends on the policy alone.
             key = (policy, len(slots))
@@ -102,6 +112,12 @@ class MachineMerge:
                                                          self.default_affinity)
             return self._unconstrained[key]
         return chosen.decide(slots, self.merger.merge, self.default_affinity)
+
+
+def _asks_alignment(slots: Sequence[Slot]) -> bool:
+    """Whether any hint names nodes or is not preferred: otherwise every merge is the whole
+    machine, preferred, and there is nothing for ``within`` to narrow."""
+    return any(h.mask is not None or not h.preferred for slot in slots for h in slot)
 
 
 def provider_slots(providers_hints: Sequence[ProviderHints]) -> list[Slot]:
@@ -128,7 +144,8 @@ class HintMerger:
     info: NumaInfo
     prefer_closest: bool
 
-    def merge(self, slots: Sequence[Slot], closest_allowed: bool) -> Hint:
+    def merge(self, slots: Sequence[Slot], closest_allowed: bool, within: int | None = None) -> Hint:
+        """``within``: a mask of node ids; merged hints with nodes outside it do not count."""
         info = self.info
         closest = self.prefer_closest and closest_allowed
         fitter = self._closest_key if closest else self._narrowest_key
@@ -137,12 +154,13 @@ class HintMerger:
             return hint_of_mask(info.default_mask, False)
         # The preferred side first: when it finds a mask, which it usually does, the rest of
         # what a slot could reach is never needed.
-        preferred = _best_preferred(list(map(_preferred_side, slots)), info.default_mask, fitter)
+        preferred = _best_preferred(list(map(_preferred_side, slots)), info.default_mask, fitter,
+                                    within)
         if preferred is not None:
             return hint_of_mask(preferred, True)
         universe = self._universe
         reaches = [_reach(slot, universe) for slot in slots]
-        fallback = _best_non_preferred(reaches, universe, fitter)
+        fallback = _best_non_preferred(reaches, universe, fitter, within)
         return hint_of_mask(info.default_mask if fallback is None else fallback, False)
 
     # What depends on the machine alone, built at the first merge and kept.
@@ -217,7 +235,8 @@ def _reach(slot: Slot, universe: _Universe) -> _Reach:
     return restrictions, narrowest
 
 
-def _best_preferred(sides: list[_Preferred], default_mask: int, fitter: FitterKey) -> int | None:
+def _best_preferred(sides: list[_Preferred], default_mask: int, fitter: FitterKey,
+                    within: int | None = None) -> int | None:
     """The fittest mask of a preferred merged hint, or None when no combination is preferred.
 
     A combination is preferred when every hint in it is preferred and those naming nodes all name
@@ -234,11 +253,13 @@ def _best_preferred(sides: list[_Preferred], default_mask: int, fitter: FitterKe
     if not constrained:
         candidates.add(default_mask)
     candidates.discard(0)
+    if within is not None:
+        candidates = {m for m in candidates if not m & ~within}
     return min(candidates, key=fitter) if candidates else None
 
 
 def _best_non_preferred(reaches: list[_Reach], universe: _Universe,
-                        fitter: FitterKey) -> int | None:
+                        fitter: FitterKey, within: int | None = None) -> int | None:
     """The mask the kubelet keeps when no merged hint is preferred (None: every merge was empty).
 
     The kubelet ranks non-preferred masks by their node count against ``target`` (the most nodes
@@ -247,6 +268,9 @@ def _best_non_preferred(reaches: list[_Reach], universe: _Universe,
     """
     target = max((count for _, count in reaches if count is not None), default=0)
     reach = nonzero_intersections([restrictions for restrictions, _ in reaches], universe.width)
+    if within is not None:  # the target stays the one every slot sets: the kubelet's ranking
+        packed = universe.pack(within)
+        reach = {m for m in reach if not m & ~packed}
     if not reach:
         return None
 

@@ -158,6 +158,10 @@ class PodRequest:
     # The class the runtime was told (the kubelet's cgroup parent), for a pod seen one
     # container at a time; None: computed from the containers.
     qos_override: QosClass | None = None
+    # NUMA nodes to place inside when they still fit (the scheduler extender's choice, which a
+    # front door read from numa.nri.io/scheduled-numa-nodes); None: no preference. It only
+    # narrows the merge's candidates, never what the pod may have (engine.admit).
+    preferred_numa: frozenset[int] | None = None
 
     def __post_init__(self) -> None:
         if self.qos_override is not None:
@@ -172,6 +176,14 @@ class PodRequest:
         object.__setattr__(self, "init_containers", tuple(self.init_containers))
         object.__setattr__(self, "app_containers", tuple(self.app_containers))
         object.__setattr__(self, "annotations", _frozen(self.annotations))
+        if self.preferred_numa is not None:
+            if isinstance(self.preferred_numa, (set, frozenset, list, tuple)):
+                object.__setattr__(self, "preferred_numa", frozenset(self.preferred_numa))
+            if not isinstance(self.preferred_numa, frozenset) or not self.preferred_numa or any(
+                    isinstance(n, bool) or not isinstance(n, int) or not 0 <= n <= MAX_ID
+                    for n in self.preferred_numa):
+                raise RequestError(f"pod {self.name}: preferred_numa must be a non-empty set of "
+                                   f"NUMA node ids, not {quote(self.preferred_numa)}")
         for c in self.init_containers:
             if not c.is_init:
                 raise RequestError(f"pod {self.name}: init container {c.name} has kind app")

@@ -15,6 +15,7 @@ for the createRuntime hook to claim it, and is dropped after ``PENDING_GRACE_S``
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
@@ -24,10 +25,13 @@ from nri_numa.engine.decision import Placement
 from nri_numa.engine.request import ContainerRequest, RequestError
 from nri_numa.hook.annotations import engine_annotations
 from nri_numa.runtime import (DeviceLocator, RuntimeContainer, RuntimePod, container_request,
-                              pod_identity, pod_qos, pod_request)
+                              pod_identity, pod_qos, pod_request, stale_choice,
+                              with_scheduled_numa)
 from nri_numa.state.ledger import Ledger, LedgerError
 from nri_numa.state.plugin_records import (ContainerRecord, PodRecord, RecordError,
                                            records_from_dict, records_to_dict)
+
+log = logging.getLogger("nri_numa.hook")
 
 PENDING_GRACE_S = 120.0  # precreate → createRuntime is well under a second; this is generous
 PROCESSES_KEY = "processes"
@@ -185,11 +189,16 @@ class SharedLedger:
         runtime_pod = RuntimePod(id=pod.sandbox_id, uid=pod.uid, name=pod.name,
                                  namespace=pod.namespace, cgroup_parent=pod.cgroup_parent,
                                  annotations=pod.annotations)
+        asked, problem = with_scheduled_numa(pod_request(runtime_pod, [*known, request]),
+                                             (n.id for n in self._ledger.ctx.topology.numa_nodes))
+        if problem is not None:
+            log.warning("%s: %s", where, problem)
         try:
-            result = self._ledger.admit(pod_request(runtime_pod, [*known, request]),
-                                        [request.name])
+            result = self._ledger.admit(asked, [request.name])
         except (RequestError, ValueError) as e:
             raise Refused(f"{where}: {e}") from None
+        if (chosen := result.decision.preferred_numa) is not None and not chosen.honoured:
+            log.warning("%s: %s", where, stale_choice(chosen))
         rejection = result.decision.rejection
         if rejection is not None:
             text = rejection.message

@@ -3,7 +3,8 @@
 The request carries the NUMA nodes of the devices the container already has (its device nodes,
 ``NVIDIA_VISIBLE_DEVICES``, CDI names: DeviceLocator) and of those the kubelet gave it
 (PodResources); the kubelet's word wins, as it chose them. The pod's request is the pod as far
-as the plugin knows it: its managed containers in creation order, then this one.
+as the plugin knows it: its managed containers in creation order, then this one; with the NUMA
+nodes the scheduler extender chose for it, when its annotation names some of this machine's.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from nri_numa.nri.records import Records
 from nri_numa.nri.session import PluginError
 from nri_numa.runtime import (DeviceLocator, RuntimeContainer, container_request, pod_identity,
                               pod_qos, pod_request, requested_devices)
+from nri_numa.runtime import with_scheduled_numa as scheduled_numa
 from nri_numa.state.plugin_records import PodRecord
 
 # (namespace, pod, container) → the kubelet's devices' NUMA nodes (PodResources API).
@@ -70,3 +72,14 @@ def with_requested_devices(ctx: EngineContext, container: RuntimeContainer, pod:
         raise PluginError(f"nri-numa: InvalidAnnotation: {describe(pod, request.name)}: "
                           f"{e}") from None
     return replace(request, devices=devices) if devices else request
+
+
+
+def with_scheduled_numa(ctx: EngineContext, pod: PodRecord, container: str,
+                        request: PodRequest) -> PodRequest:
+    """The pod with the NUMA nodes the scheduler chose as ``preferred_numa``; a value that
+    cannot be read is one warning line and no preference."""
+    request, problem = scheduled_numa(request, (n.id for n in ctx.topology.numa_nodes))
+    if problem is not None:
+        decision_log.log.warning("%s: %s", describe(pod, container), problem)
+    return request

@@ -10,7 +10,8 @@ from __future__ import annotations
 import logging
 
 from nri_numa.agent.logs import decision_fields, refusal_fields, repair_fields
-from nri_numa.engine.decision import Placement
+from nri_numa.engine.decision import Placement, PreferredNuma
+from nri_numa.runtime import stale_choice as stale_words
 from nri_numa.state.plugin_records import ContainerRecord, PodRecord
 from nri_numa.topology.cpulist import format_list
 
@@ -42,6 +43,11 @@ def placed(pod: PodRecord, policy: str, placement: Placement, container_id: str,
              "exclusive" if placement.exclusive else "shared",
              "unchanged" if fields["mems"] is None else fields["mems"],
              f", devices {devices}" if devices else "", extra=fields)
+
+
+def stale_choice(pod: PodRecord, container: str, chosen: PreferredNuma) -> None:
+    """The scheduler's NUMA nodes did not hold the container: decided anew (issue 13 item 3)."""
+    log.warning("%s: %s", describe(pod, container), stale_words(chosen))
 
 
 def refused(pod: PodRecord, container: str, container_id: str, policy: str | None,

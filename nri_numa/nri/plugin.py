@@ -28,7 +28,7 @@ from nri_numa.engine.decision import Placement
 from nri_numa.engine.request import RequestError
 from nri_numa.nri import decision_log, resize, sync, translate
 from nri_numa.nri.container_requests import (KubeletHints, RequestReader, pod_as_known,
-                                             with_requested_devices)
+                                             with_requested_devices, with_scheduled_numa)
 from nri_numa.nri.decision_log import log
 from nri_numa.nri.pb import api_pb2 as api
 from nri_numa.nri.persistence import StateFile, recorded
@@ -254,7 +254,8 @@ class NumaPlugin:
         records = self._records
         pod, request = self._reader.read(container, records)
         request = with_requested_devices(records.ledger.ctx, container, pod, request)
-        pod_req = pod_as_known(records, container, request)
+        pod_req = with_scheduled_numa(records.ledger.ctx, pod, request.name,
+                                      pod_as_known(records, container, request))
         try:
             result = records.ledger.admit(pod_req, [request.name])
         except (RequestError, ValueError) as e:
@@ -262,6 +263,8 @@ class NumaPlugin:
             raise PluginError(f"nri-numa: {decision_log.describe(pod, request.name)}: "
                               f"{e}") from None
         self._metrics.decided(records.ledger.ctx, pod_req, request, result.decision)
+        if (chosen := result.decision.preferred_numa) is not None and not chosen.honoured:
+            decision_log.stale_choice(pod, request.name, chosen)
         rejection = result.decision.rejection
         if rejection is not None:
             # One line, led by the kubelet's reason, as the kubelet would show it.

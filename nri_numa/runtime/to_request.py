@@ -22,14 +22,18 @@ pod spec, so each request is read back from it (docs/nri-plugin.md, "What the ku
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import replace
 
-from nri_numa.engine.annotations import DEVICES, ISOLATED_CPUS
+from nri_numa.engine.annotations import (DEVICES, ISOLATED_CPUS, SCHEDULED_NUMA_NODES,
+                                         AnnotationError, scheduled_numa_nodes)
+from nri_numa.engine.decision import PreferredNuma
 from nri_numa.engine.devices import Resource
 from nri_numa.engine.devices.requested import (container_devices, pod_devices_for,
                                                resolve_devices)
 from nri_numa.engine.request import ContainerRequest, PodRequest, QosClass
 from nri_numa.runtime.container import RuntimeContainer, RuntimePod
+from nri_numa.topology.cpulist import format_list
 
 MIN_SHARES = 2  # the kubelet's floor: what a container without a CPU request gets
 DEFAULT_NAMESPACE = "default"
@@ -159,3 +163,24 @@ def pod_request(pod: RuntimePod, containers: Sequence[ContainerRequest]) -> PodR
     return PodRequest(uid=uid, namespace=namespace, name=name,
                       app_containers=tuple(containers), annotations=pod.annotations,
                       qos_override=pod_qos(pod))
+
+
+# --- the scheduler's NUMA nodes ----------------------------------------------------------
+
+
+def with_scheduled_numa(pod: PodRequest, machine_nodes: Iterable[int]
+                        ) -> tuple[PodRequest, str | None]:
+    """The pod with ``preferred_numa`` from its ``numa.nri.io/scheduled-numa-nodes``, and the
+    warning for a value that cannot be read (the pod is then left without a preference: a
+    note from the scheduler never stops a pod)."""
+    try:
+        nodes = scheduled_numa_nodes(pod.annotations, machine_nodes)
+    except AnnotationError as e:
+        return pod, f"{e}; ignored, the node decides alone"
+    return (pod if nodes is None else replace(pod, preferred_numa=nodes)), None
+
+
+def stale_choice(chosen: PreferredNuma) -> str:
+    """The line's words for a scheduler's choice that no longer held, and why."""
+    return (f"the scheduler's choice of NUMA node {format_list(chosen.nodes)} "
+            f"({SCHEDULED_NUMA_NODES}) is stale, decided anew: {chosen.stale_because}")

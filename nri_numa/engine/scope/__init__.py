@@ -15,6 +15,7 @@ from nri_numa.engine.context import EngineContext
 from nri_numa.engine.hints import Hint
 from nri_numa.engine.providers import AllocationFailure, Provider, ProviderHints
 from nri_numa.engine.request import ContainerRequest, PodRequest
+from nri_numa.topology.cpulist import format_list
 
 
 @dataclass(frozen=True)
@@ -42,14 +43,24 @@ class ScopeRun:
     providers: Sequence[Provider]
     policy: str
     steps: list[MergeStep] = field(default_factory=list)
+    within: frozenset[int] | None = None  # merge only inside these NUMA nodes (the scheduler's)
 
     def merge(self, subject: str, ask: Callable[[Provider], ProviderHints]) -> Hint:
         hints = tuple((p.name, ask(p)) for p in self.providers)
-        merged, admitted = self.ctx.machine_merge.merge(self.policy, [h for _, h in hints])
+        merged, admitted = self.ctx.machine_merge.merge(self.policy, [h for _, h in hints],
+                                                        self.within)
         self.steps.append(MergeStep(subject, hints, merged, admitted))
         if not admitted:
             raise Refused(None if subject == "pod" else subject, "TopologyAffinityError",
-                          "Resources cannot be allocated with Topology locality")
+                          "Resources cannot be allocated with Topology locality" + (
+                              "" if self.within is None
+                              else f" inside NUMA nodes {format_list(self.within)}"))
+        if (self.within is not None and not merged.preferred and merged.affinity is not None
+                and not merged.affinity <= self.within):
+            # Only "nothing merged inside" gives a non-preferred hint outside (a preferred one
+            # outside means nothing asked for alignment): best-effort would admit it.
+            raise Refused(None if subject == "pod" else subject, "TopologyAffinityError",
+                          f"no merged hint inside NUMA nodes {format_list(self.within)}")
         return merged
 
     def place(self, allocs: Allocations, pod: PodRequest, container: ContainerRequest,

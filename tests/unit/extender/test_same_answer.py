@@ -1,5 +1,7 @@
 """Same answer, proven (issue 13 item 4): a node's published state replayed through the
-extender gives, for every generated pod, the decision the node's own admission makes.
+extender gives, for every generated pod, the decision the node's own admission makes. The node
+is given the NUMA nodes the extender chose (``preferred_numa``, as the node reads them from
+numa.nri.io/scheduled-numa-nodes) and places every admitted pod inside them (item 3).
 
 The node side is a Ledger on the node's own objects; the extender side only ever sees the
 annotation text the node publishes after each admission. A sample of the pods goes through the
@@ -12,16 +14,18 @@ import json
 import random
 import threading
 import urllib.request
+from dataclasses import replace
 
 import pytest
 
 from nri_numa.cluster.node_state import ANNOTATION, encode
 from nri_numa.engine.config_reader import config_from_mapping
 from nri_numa.engine.context import EngineContext
+from nri_numa.engine.decision import PreferredNuma
 from nri_numa.engine.manifest import pod_from_manifest
 from nri_numa.extender.cache import NodeCache
 from nri_numa.extender.server import ExtenderServer
-from nri_numa.extender.verbs import Extender
+from nri_numa.extender.verbs import Extender, numa_nodes_of
 from nri_numa.state.ledger import Ledger
 from nri_numa.topology.synthetic.presets import preset_topology
 
@@ -96,7 +100,7 @@ def test_every_extender_verdict_equals_the_nodes_admission(node, served):
     ledger = Ledger(EngineContext.build(preset_topology(preset), config_from_mapping(config)))
     rng = random.Random(f"same-answer-{node}")
     extender.cache.observe(node, nrt(ledger, 0))
-    admitted = refused = 0
+    admitted = refused = honoured = 0
     for i in range(PODS_PER_NODE):
         obj = manifest(rng, i, gpus="nvidia.com/gpu" in ledger.ctx.devices)
         predicted = extender.verdict(node, pod_from_manifest(obj)).decision
@@ -105,8 +109,16 @@ def test_every_extender_verdict_equals_the_nodes_admission(node, served):
             assert (answer["NodeNames"] == [node]) == predicted.admitted
             if not predicted.admitted:
                 assert answer["FailedNodes"][node] == f"nri-numa: {predicted.rejection.message}"
-        actual = ledger.admit(pod_from_manifest(obj)).decision
-        assert predicted.to_dict() == actual.to_dict(), f"pod {i} on {node}"
+        pod = pod_from_manifest(obj)
+        chosen = numa_nodes_of(predicted) if predicted.admitted else frozenset()
+        actual = ledger.admit(replace(pod, preferred_numa=chosen) if chosen else pod).decision
+        if chosen:
+            assert actual.preferred_numa == PreferredNuma(chosen, True), f"pod {i} on {node}"
+            assert all(p.hint.affinity is None or p.hint.affinity <= chosen
+                       for p in actual.placements)
+            honoured += 1
+        assert predicted.to_dict() == replace(actual, preferred_numa=None).to_dict(), \
+            f"pod {i} on {node}"
         admitted += actual.admitted
         refused += not actual.admitted
         if actual.admitted:
@@ -115,3 +127,4 @@ def test_every_extender_verdict_equals_the_nodes_admission(node, served):
             ledger.release(rng.choice(sorted(ledger.allocations.pods)))
             extender.cache.observe(node, nrt(ledger, i + 1))
     assert admitted > 100 and refused > 20  # both answers were exercised
+    assert honoured > 50  # and the chosen NUMA nodes were given on many of them

@@ -198,3 +198,25 @@ def test_pod_overrides_reach_the_engine_and_hook_annotations_do_not(ctx):
 def test_bad_process_entries_are_named(raw, named):
     with pytest.raises(RecordError, match=named):
         ProcessRecord.from_dict(raw, "processes['x']")
+
+
+def test_the_schedulers_numa_nodes_are_honoured_and_a_bad_value_is_a_warning(ctx, caplog):
+    """numa.nri.io/scheduled-numa-nodes reaches the hook where the runtime copies pod
+    annotations into the spec (containerd's pod_annotations, CRI-O)."""
+    node_1 = next(n.cpus for n in ctx.topology.numa_nodes if n.id == 1)
+    book = fresh(ctx)
+    chosen = book.admit(container("a", cpus=2, **{"numa.nri.io/scheduled-numa-nodes": "1"}))
+    assert chosen.cpus <= node_1
+    plain = book.admit(container("b", cpus=2, **{"numa.nri.io/scheduled-numa-nodes": "1-x"}))
+    assert not plain.cpus & node_1  # as without the annotation: node 0 first
+    [line] = [r.getMessage() for r in caplog.records if "scheduled-numa-nodes" in r.getMessage()]
+    assert line == ("container b: annotation numa.nri.io/scheduled-numa-nodes: bad element "
+                    "'1-x' in list '1-x'; ignored, the node decides alone")
+    big = book.admit(container("c", cpus=len(node_1 & book.shared),
+                               **{"numa.nri.io/scheduled-numa-nodes": "1"}))
+    assert big.cpus <= node_1
+    late = book.admit(container("d", cpus=2, **{"numa.nri.io/scheduled-numa-nodes": "1"}))
+    assert not late.cpus & node_1
+    [stale] = [r.getMessage() for r in caplog.records if "is stale" in r.getMessage()]
+    assert stale.startswith("container d: the scheduler's choice of NUMA node 1 "
+                            "(numa.nri.io/scheduled-numa-nodes) is stale, decided anew: ")
