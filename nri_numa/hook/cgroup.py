@@ -30,6 +30,8 @@ DEFAULT_CGROUP_ROOT = Path("/sys/fs/cgroup")
 DEFAULT_PROC = Path("/proc")
 _CONTROLLERS = re.compile(r"[a-z0-9_,=]+")  # a v1 hierarchy's folder name: "cpuset", "cpu,cpuacct"
 _WRITE_FLAGS = os.O_WRONLY | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC
+_READ_FLAGS = os.O_RDONLY | os.O_CLOEXEC
+_MAX_LIST_BYTES = 1 << 16  # "0-8191" fits many times over; a list is read in one go
 
 
 class CgroupError(Exception):
@@ -102,26 +104,46 @@ def checked_path(raw: str) -> str:
 
 
 def write_cpuset(cgroup: ContainerCgroup, cpus: frozenset[int],
-                 mems: frozenset[int] | None) -> None:
-    """Write ``cpuset.mems`` (unless None) then ``cpuset.cpus``, read what was written back with
-    its effective value, and raise CgroupError unless they are exactly what was written. The
-    cgroup was checked when ``locate`` found it."""
+                 mems: frozenset[int] | None) -> int:
+    """Give the cgroup ``cpuset.mems`` (unless None) then ``cpuset.cpus``, read both back with
+    their effective values, and raise CgroupError unless they are exactly what was asked. A file
+    that already holds its value is not written: under a burst most shared containers are on the
+    pool already, and each write makes the kernel walk the cgroup's tasks. Returns how many
+    files were written. The cgroup was checked when ``locate`` found it."""
     if not cpus:
         raise CgroupError(f"refusing to give cgroup {cgroup.path} an empty CPU set")
+    folder = f"{cgroup.hierarchy}/{cgroup.path.lstrip('/')}"  # cgroup.dir, without pathlib
     effective_cpus, effective_mems = cgroup.effective_names
     wanted = []
+    written = 0
     if mems is not None:
-        _write(cgroup.dir / "cpuset.mems", format_list(mems))
-        wanted += [("cpuset.mems", mems, "cpuset.mems"),
-                   ("effective memory nodes", mems, effective_mems)]
-    _write(cgroup.dir / "cpuset.cpus", format_list(cpus))
-    wanted += [("cpuset.cpus", cpus, "cpuset.cpus"), ("effective CPUs", cpus, effective_cpus)]
+        written += _write_changed(cgroup, folder, "cpuset.mems", mems)
+        wanted.append(("effective memory nodes", mems, effective_mems))
+    written += _write_changed(cgroup, folder, "cpuset.cpus", cpus)
+    wanted.append(("effective CPUs", cpus, effective_cpus))
     for what, asked, name in wanted:
-        have = _read_list(cgroup.dir / name)
-        if asked != have:
-            raise CgroupError(f"cgroup {cgroup.path}: wrote {format_list(asked) or 'nothing'} but "
-                              f"its {what} are {format_list(have) or 'empty'} (does the parent "
-                              "cgroup's cpuset hold them?)")
+        _check(cgroup, what, asked, _read_list(f"{folder}/{name}", follow=True, expect=asked))
+    return written
+
+
+def _write_changed(cgroup: ContainerCgroup, folder: str, name: str,
+                   value: frozenset[int]) -> int:
+    """Write ``value`` to ``folder/name`` unless the file holds it, and read it back after a
+    write. The number of writes (0 or 1)."""
+    path = f"{folder}/{name}"
+    if _read_list(path, expect=value) == value:
+        return 0
+    _write(path, _formatted(value))
+    _check(cgroup, name, value, _read_list(path))
+    return 1
+
+
+def _check(cgroup: ContainerCgroup, what: str, asked: frozenset[int],
+           have: frozenset[int]) -> None:
+    if asked != have:
+        raise CgroupError(f"cgroup {cgroup.path}: wrote {format_list(asked) or 'nothing'} but "
+                          f"its {what} are {format_list(have) or 'empty'} (does the parent "
+                          "cgroup's cpuset hold them?)")
 
 
 def _cgroup_lines(fs: CgroupFs, pid: str) -> list[tuple[str, str]]:
@@ -177,7 +199,7 @@ def _check_inside(cgroup: ContainerCgroup) -> None:
                           "lacks cpuset)")
 
 
-def _write(path: Path, text: str) -> None:
+def _write(path: str, text: str) -> None:
     # os.write, not a buffered file: the kernel's ERANGE/EINVAL then arrives here and not in a
     # close() that a file object's destructor would swallow (docs/oci-hook.md, "What each
     # runtime hands a hook").
@@ -193,13 +215,29 @@ def _write(path: Path, text: str) -> None:
         os.close(fd)
 
 
-def _read_list(path: Path) -> frozenset[int]:
+def _read_list(path: str, follow: bool = False,
+               expect: frozenset[int] | None = None) -> frozenset[int]:
+    """A CPU or node list file. The files the hook writes are read as they are written: never
+    through a symlink, never waiting on a FIFO. The effective files are only read (``follow``).
+    A file that reads exactly as ``expect`` is written is that set, without parsing it."""
+    flags = _READ_FLAGS if follow else _READ_FLAGS | os.O_NOFOLLOW | os.O_NONBLOCK
     try:
-        return parse_list(path.read_text())
+        fd = os.open(path, flags)
+        try:
+            data = os.read(fd, _MAX_LIST_BYTES)
+        finally:
+            os.close(fd)
+        if expect is not None and data.strip() == _formatted(expect).encode():
+            return expect
+        return parse_list(data.decode("ascii", "replace"))
     except OSError as e:
         raise CgroupError(f"cannot read {path}: {_why(e)}") from None
     except ListFormatError as e:
         raise CgroupError(f"{path}: {e}") from None
+
+
+# The shared pool is written to every shared container alike: format it once.
+_formatted = lru_cache(maxsize=64)(format_list)
 
 
 def _why(e: OSError) -> str:

@@ -3,7 +3,8 @@
 A hook process spends most of its time starting Python and importing the engine. The daemon
 pays that once; each ``nri-numa hook`` then forwards its run (nri_numa.hook.client) and the
 daemon runs it with exactly the code an in-process hook runs (``entry.run``), with the machine
-already loaded. One run at a time, each as soon as its request is in (nri_numa.hook.inbox).
+already loaded, and the ledger and cgroups of its last runs kept (nri_numa.hook.memory: the
+checkpoint is read again only when it changed under the daemon). One run at a time, each as soon as its request is in (nri_numa.hook.inbox).
 Each run still takes the checkpoint lock, so a hook that runs in process (no daemon yet, or one
 that was just stopped) never writes the ledger at the same moment.
 
@@ -34,6 +35,7 @@ from nri_numa.hook.activation import ActivationError, inherited_listener
 from nri_numa.hook.client import SOCKET_NAME
 from nri_numa.hook.inbox import Inbox
 from nri_numa.hook.machine import Machine, MachineError, load_machine, online_cpus
+from nri_numa.hook.memory import DaemonMemory
 from nri_numa.hook.ondemand import StartError, bind_listener, take_start_lock
 from nri_numa.safeio.safe_files import UnusableFile, open_folder
 
@@ -164,7 +166,8 @@ def _seconds(value: Any, where: str) -> float:
     return seconds
 
 
-def answer(line: bytes, options: DaemonOptions, machine: MachineKeeper) -> dict[str, Any]:
+def answer(line: bytes, options: DaemonOptions, machine: MachineKeeper,
+           memory: DaemonMemory | None = None) -> dict[str, Any]:
     try:
         hook, stdin, started = decode_request(line, options)
     except BadRequest as e:
@@ -172,7 +175,8 @@ def answer(line: bytes, options: DaemonOptions, machine: MachineKeeper) -> dict[
         return {"exit": 1, "stdout": "", "stderr": f"nri-numa hook: bad request to the hook "
                                                    f"daemon: {e}\n"}
     out, err = io.StringIO(), io.StringIO()
-    code = entry.run(hook, io.BytesIO(stdin), out, err, machine=machine, started=started)
+    code = entry.run(hook, io.BytesIO(stdin), out, err, machine=machine, started=started,
+                     memory=memory)
     return {"exit": code, "stdout": out.getvalue(), "stderr": err.getvalue()}
 
 
@@ -195,6 +199,7 @@ def serve(options: DaemonOptions) -> None:
     if listener is None:
         listener = _listen(options.socket_path)
         inode = options.socket_path.stat().st_ino
+    memory = DaemonMemory()  # the ledger and cgroups of its last runs (nri_numa.hook.memory)
     log.info("hook daemon %d listening on %s%s", os.getpid(), options.socket_path,
              "" if inode is not None else " (socket handed over)")
     try:
@@ -203,7 +208,7 @@ def serve(options: DaemonOptions) -> None:
                 with stopping.interruptible():
                     conn, line = inbox.next()
                 with conn:
-                    _serve_one(conn, line, options, machine)
+                    _serve_one(conn, line, options, machine, memory)
     except _Stop:
         pass
     finally:
@@ -214,8 +219,8 @@ def serve(options: DaemonOptions) -> None:
 
 
 def _serve_one(conn: socket.socket, line: bytes, options: DaemonOptions,
-               machine: MachineKeeper) -> None:
-    reply = json.dumps(answer(line, options, machine)).encode() + b"\n"
+               machine: MachineKeeper, memory: DaemonMemory) -> None:
+    reply = json.dumps(answer(line, options, machine, memory)).encode() + b"\n"
     try:
         conn.settimeout(REPLY_TIMEOUT_S)
         conn.sendall(reply)

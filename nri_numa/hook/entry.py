@@ -42,6 +42,7 @@ REBUILT = ("the hook starts from an empty ledger, so the CPUs of containers it p
 
 if TYPE_CHECKING:
     from nri_numa.hook.machine import Machine
+    from nri_numa.hook.memory import DaemonMemory
 
     # How a run gets its machine: the hook process loads it, the daemon keeps it loaded.
     MachineSource = Callable[["HookOptions"], Machine]
@@ -75,13 +76,14 @@ class HookOptions:
 
 def run(options: HookOptions, stdin: IO[bytes], stdout: IO[str], stderr: IO[str],
         machine: MachineSource | None = None, started: float | None = None,
-        timeout_hint: str = "") -> int:
+        timeout_hint: str = "", memory: DaemonMemory | None = None) -> int:
     """Exit status 0 when the stage did its work, 1 (and the reason on stderr) otherwise.
 
     ``machine`` defaults to loading it from the options; ``started`` (a ``time.monotonic()``
     value, default now) is when the run began, which the timeout counts from. ``timeout_hint``
     (a hook running in process): a give-up says what the run was doing, and where that was a
-    burst's doing (loading the engine, the state lock), what helps."""
+    burst's doing (loading the engine, the state lock), what helps. ``memory``: what the hook
+    daemon keeps between runs (nri_numa.hook.memory)."""
     started = time.monotonic() if started is None else started
     handler = _log_to_file(options, stderr)
     left = options.timeout - (time.monotonic() - started)
@@ -93,7 +95,7 @@ def run(options: HookOptions, stdin: IO[bytes], stdout: IO[str], stderr: IO[str]
         with _deadline(left):
             try:
                 done = _run_stage(options, stdin, stdout, started, machine or load_machine,
-                                  phase)
+                                  phase, memory)
             except HookTimeout:
                 return _fail(options, stderr, phase.gave_up(options.timeout, timeout_hint),
                              started)
@@ -138,7 +140,8 @@ class _Phase:
 
 
 def _run_stage(options: HookOptions, stdin: IO[bytes], stdout: IO[str], started: float,
-               machine_source: MachineSource, phase: _Phase | None = None) -> str:
+               machine_source: MachineSource, phase: _Phase | None = None,
+               memory: DaemonMemory | None = None) -> str:
     phase = phase or _Phase()
     from nri_numa.hook import stages
     from nri_numa.state.checkpoint import CheckpointStore
@@ -159,7 +162,8 @@ def _run_stage(options: HookOptions, stdin: IO[bytes], stdout: IO[str], started:
     left = options.timeout - (time.monotonic() - started) - _LOCK_MARGIN_S
     store = CheckpointStore(options.state_dir, machine.fingerprint, rebuilt=REBUILT)
     env = stages.HookEnv(machine, store,
-                         CgroupFs(options.cgroup_root, options.proc_root), max(left, 0.0))
+                         CgroupFs(options.cgroup_root, options.proc_root), max(left, 0.0),
+                         memory=memory)
     if stage == "createRuntime":
         return stages.create_runtime(env, state, spec)
     if stage == "poststop":

@@ -8,6 +8,7 @@ container from an allocation whose container is long gone.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,8 +23,14 @@ class ProcessId:
 
 def process_id(proc: Path, pid: int) -> ProcessId | None:
     """The process ``pid`` now; None when there is none."""
+    # os calls on a str path: the daemon checks every placed container at each run, and
+    # pathlib's joins and text wrapper cost more than the read itself.
     try:
-        text = (proc / str(pid) / "stat").read_text()
+        fd = os.open(f"{proc}/{pid}/stat", os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            text = os.read(fd, 4096).decode("utf-8", "replace")
+        finally:
+            os.close(fd)
     except OSError:
         return None
     # The command name (field 2) is in parentheses and may itself hold spaces and ')'.

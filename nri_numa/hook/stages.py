@@ -11,6 +11,8 @@
 
 Every stage first drops what dead containers held. All of it happens under the lock: a cgroup
 written after unlocking could put a container back on a CPU another hook has just given away.
+The hook daemon runs the same stages with what it kept from its last runs (``HookEnv.memory``):
+the ledger it saved, unless the checkpoint changed since, and the cgroups it found.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from nri_numa.engine.annotations import AnnotationError
 from nri_numa.hook.cgroup import (CgroupError, CgroupFs, ContainerCgroup, ProcessGone, locate,
                                   write_cpuset)
 from nri_numa.hook.machine import Machine
+from nri_numa.hook.memory import DaemonMemory
 from nri_numa.hook.oci import OciState
 from nri_numa.hook.precreate import SpecError, container_id, has_claiming_hook, placed_spec
 from nri_numa.hook.procs import ProcessId, is_running, process_id
@@ -58,6 +61,9 @@ class HookEnv:
     lock_timeout: float = 3.0
     clock: Callable[[], float] = time.time
     dev_root: Path = Path("/dev")  # the host's device nodes, for the devices precreate gives
+    # The hook daemon's ledger and cgroups from its last runs (nri_numa.hook.memory); a hook
+    # process has none and reads the checkpoint and /proc every time.
+    memory: DaemonMemory | None = None
 
 
 def create_runtime(env: HookEnv, state: OciState, spec: dict[str, Any]) -> str:
@@ -73,6 +79,8 @@ def create_runtime(env: HookEnv, state: OciState, spec: dict[str, Any]) -> str:
     if ident is None:
         raise HookError(f"container {state.id}: its process {state.pid} is gone")
     cgroup = _locate(env, state.pid, state.id)
+    if env.memory is not None:
+        env.memory.cgroups.put(env.fs, ident, cgroup)
     with _transaction(env) as book:
         record = book.record(state.id)
         process = book.process(state.id)
@@ -158,15 +166,10 @@ def _transaction(env: HookEnv, keep: str | None = None) -> Iterator[SharedLedger
     except CheckpointError as e:
         raise HookError(str(e)) from None
     try:
-        try:
-            payload = env.store.load()
-        except CheckpointError as e:
-            raise HookError(str(e)) from None
-        locator = DeviceLocator(env.machine.topology)
-        try:
-            book = SharedLedger.load(env.machine.ctx, locator, payload)
-        except StateError as e:
-            raise HookError(str(e)) from None
+        book = None if env.memory is None else env.memory.ledger.take(env.store.path,
+                                                                     env.machine.ctx)
+        if book is None:
+            book = _load(env)
         gone = book.collect_garbage(lambda p: _running(env, p), env.clock(),
                                     keep=() if keep is None else (keep,))
         for cid in gone:
@@ -177,6 +180,18 @@ def _transaction(env: HookEnv, keep: str | None = None) -> Iterator[SharedLedger
             raise HookError(str(e)) from None
     finally:
         env.store.unlock()
+
+
+def _load(env: HookEnv) -> SharedLedger:
+    try:
+        payload = env.store.load()
+    except CheckpointError as e:
+        raise HookError(str(e)) from None
+    locator = DeviceLocator(env.machine.topology)
+    try:
+        return SharedLedger.load(env.machine.ctx, locator, payload)
+    except StateError as e:
+        raise HookError(str(e)) from None
 
 
 def _apply_and_save(env: HookEnv, book: SharedLedger, moves: list[Move]) -> None:
@@ -197,11 +212,13 @@ def _apply_moves(env: HookEnv, book: SharedLedger, moves: list[Move],
     fatal only where the container would stay on CPUs that are no longer shared."""
     for move in moves:
         process = book.process(move.id)
-        if process is None or process.pending or not _running(env, process):
+        # The daemon writes where it found the cgroup before: a container gone since this
+        # transaction dropped the dead has no cgroup left to write (found again, it is gone).
+        if process is None or process.pending \
+                or (env.memory is None and not _running(env, process)):
             continue  # not created yet (precreate), or gone: nothing to write
         try:
-            cgroup = locate(env.fs, process.pid)
-            write_cpuset(cgroup, move.new, None)
+            cgroup = _write_moved(env, ProcessId(process.pid, process.start), move.new)
         except ProcessGone:
             continue
         except CgroupError as e:
@@ -213,6 +230,23 @@ def _apply_moves(env: HookEnv, book: SharedLedger, moves: list[Move],
                             f"{format_list(move.must_leave)}, which are no longer shared: {e}") \
                 from None
         done.append((cgroup, move.old))
+
+
+def _write_moved(env: HookEnv, process: ProcessId, cpus: frozenset[int]) -> ContainerCgroup:
+    """Write a moved container's cpuset where its cgroup is: as the daemon remembers it, or as
+    its process says (found again when the remembered one cannot be written)."""
+    kept = None if env.memory is None else env.memory.cgroups.get(env.fs, process)
+    if kept is not None:
+        try:
+            write_cpuset(kept, cpus, None)
+            return kept
+        except CgroupError:
+            env.memory.cgroups.forget(process)  # type: ignore[union-attr]
+    cgroup = locate(env.fs, process.pid)
+    write_cpuset(cgroup, cpus, None)
+    if env.memory is not None:
+        env.memory.cgroups.put(env.fs, process, cgroup)
+    return cgroup
 
 
 def _undo(done: list[tuple[ContainerCgroup, frozenset[int]]]) -> None:
@@ -229,6 +263,19 @@ def _save(env: HookEnv, book: SharedLedger) -> None:
         env.store.save(book.to_payload())
     except CheckpointError as e:
         raise HookError(f"cannot save the state, nothing changed: {e}") from None
+    if env.memory is not None:
+        env.memory.ledger.keep(env.store.path, book)
+        env.memory.cgroups.keep_only(_placed_processes(book))
+
+
+def _placed_processes(book: SharedLedger) -> set[ProcessId]:
+    """Every placed container's process (those placed by precreate have none yet)."""
+    found = set()
+    for cid in book.containers:
+        process = book.process(cid)
+        if process is not None and process.pid is not None and process.start is not None:
+            found.add(ProcessId(process.pid, process.start))
+    return found
 
 
 def _running(env: HookEnv, process: ProcessRecord) -> bool:
