@@ -1,0 +1,266 @@
+"""Issue 13 on the lab: the real kube-scheduler v1.20.2 asks nri-numa's scheduler extender, over
+the lab's real node (``localhost``: 2 CPUs, CPU 0 reserved, one NUMA node) and four virtual
+nodes (two dgx-h100, an amd-epyc-2s-nps4 and a gb200, kept by python -m
+nri_numa.cluster.virtual_nodes; tests/e2e_k8s/extender_lab.py). Pods land only where the
+node's own engine admits them, a burst leaves no node over-committed, and the real node places
+each pod on the NUMA nodes the extender chose."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from nri_numa.cluster.node_state import ANNOTATION, NodeState, decode
+from nri_numa.cluster.nrt import GROUP, PLURAL, VERSION
+from nri_numa.cluster.virtual_node_objects import TAINT_KEY, VIRTUAL_LABEL
+from nri_numa.engine.admit import admit
+from nri_numa.engine.context import EngineContext
+from nri_numa.engine.manifest import pod_from_manifest
+from nri_numa.extender.verbs import CHOSEN_NUMA_ANNOTATION
+from nri_numa.topology import discover
+from nri_numa.topology.cpulist import parse_list
+from tests.e2e.harness.cgroups import CgroupLayout
+from tests.e2e_k8s.extender_lab import KEEPER, VIRTUAL_NODES, ExtenderLab
+from tests.e2e_k8s.kube import Json, Kube, wait_for
+from tests.e2e_k8s.lab import NODE_NAME, Lab
+from tests.e2e_k8s.pods import SUMMARY, container_cpus, pod_manifest, wait_running
+
+pytestmark = pytest.mark.k8s
+GPU = "nvidia.com/gpu"
+DECIDED_S = 120.0  # a pod the scheduler cannot place is retried with growing back-off
+PUBLISHED_S = 30.0
+DGX_NODES = {n for n in VIRTUAL_NODES if "dgx-h100" in n}
+
+
+@pytest.fixture(scope="module")
+def extender_lab(lab: Lab, kube: Kube) -> Iterator[ExtenderLab]:
+    made = ExtenderLab(lab, kube)
+    began = time.monotonic()
+    try:
+        made.up()
+        SUMMARY.append(f"scheduler extender + {len(VIRTUAL_NODES)} virtual nodes up in "
+                       f"{time.monotonic() - began:.1f} s")
+        yield made
+    finally:
+        problems = made.down()
+        assert not problems, f"putting the plain lab back left: {problems}"
+
+
+# --- pods and what the cluster says of them -------------------------------------------------------
+
+
+def pod(name: str, cpu: str | None = None, memory: str = "256Mi", gpus: int = 0,
+        node: str | None = None, burstable: bool = False, anywhere: bool = False) -> Json:
+    """A test pod that tolerates the virtual nodes' taint; on ``node`` (its hostname label), on
+    any node (``anywhere``) or on any virtual node."""
+    manifest = pod_manifest(name, cpu, memory)
+    spec = manifest["spec"]
+    resources = spec["containers"][0].setdefault("resources", {"requests": {}, "limits": {}})
+    if gpus:
+        resources["requests"][GPU] = resources["limits"][GPU] = str(gpus)
+    if burstable:
+        resources["requests"] = {"cpu": "500m", "memory": memory}
+        resources["limits"] = {"cpu": "1", "memory": memory}
+    spec["tolerations"] = [{"key": TAINT_KEY, "operator": "Exists", "effect": "NoSchedule"}]
+    if node is not None:
+        spec["nodeSelector"] = {"kubernetes.io/hostname": node}
+    elif not anywhere:
+        spec["affinity"] = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+            "nodeSelectorTerms": [{"matchExpressions": [
+                {"key": VIRTUAL_LABEL, "operator": "Exists"}]}]}}}
+    return manifest
+
+
+def unschedulable(obj: Json) -> str | None:
+    """The scheduler's message when it found no node for the pod."""
+    for c in obj.get("status", {}).get("conditions", []) or []:
+        if c["type"] == "PodScheduled" and c["status"] == "False" and c.get("reason") == "Unschedulable":
+            return c.get("message", "")
+    return None
+
+
+def wait_decided(kube: Kube, names: list[str], timeout_s: float = DECIDED_S) -> dict[str, Json]:
+    """Every pod bound to a node or found unschedulable; name → the pod."""
+    def decided() -> dict[str, Json] | None:
+        pods = {p["metadata"]["name"]: p for p in kube.pods() if p["metadata"]["name"] in names}
+        done = all(p["spec"].get("nodeName") or unschedulable(p) is not None
+                   for p in pods.values())
+        return pods if len(pods) == len(names) and done else None
+    return wait_for(decided, timeout_s, f"{len(names)} pods bound or unschedulable", poll_s=0.5)
+
+
+def failed_scheduling(kube: Kube, name: str) -> str | None:
+    events = kube.get("/api/v1/namespaces/default/events?fieldSelector=involvedObject.name%3D"
+                      + name)["items"]
+    notes = [e.get("message") or e.get("note", "") for e in events
+             if e.get("reason") == "FailedScheduling"]
+    return notes[-1] if notes else None
+
+
+def published(kube: Kube, node: str) -> NodeState:
+    obj = kube.get(f"/apis/{GROUP}/{VERSION}/{PLURAL}/{node}")
+    return decode(obj["metadata"]["annotations"][ANNOTATION])
+
+
+def chosen(obj: Json) -> frozenset[int]:
+    text = (obj["metadata"].get("annotations") or {}).get(CHOSEN_NUMA_ANNOTATION)
+    return parse_list(text) if text else frozenset()
+
+
+def ledger_numa_nodes(state: NodeState, uid: str) -> frozenset[int]:
+    """The NUMA nodes the node's ledger aligned the pod to (its containers' hints)."""
+    nodes: set[int] = set()
+    for container in state.allocations.pod(uid).containers.values():
+        nodes |= container.hint.affinity or frozenset()
+    return frozenset(nodes)
+
+
+def verdict(state: NodeState, manifest: Json) -> Any:
+    """The node's engine on its published state: the decision for this pod."""
+    ctx = EngineContext.build(state.topology, state.config)
+    return admit(ctx, state.allocations, pod_from_manifest(manifest)).decision
+
+
+def wait_published(kube: Kube, node: str, uids: set[str]) -> NodeState:
+    """The node's publication once its ledger holds exactly ``uids``."""
+    return wait_for(lambda: (lambda s: s if set(s.allocations.pods) == uids else None)(
+        published(kube, node)), PUBLISHED_S, f"node {node} to publish its pods",
+        poll_s=0.2, describe=lambda: str(sorted(published(kube, node).allocations.pods)))
+
+
+# --- (a) pods land only where the engine admits them ----------------------------------------------
+
+
+def test_a_pod_that_fits_nowhere_stays_pending_with_each_nodes_reason(
+        extender_lab: ExtenderLab, kube: Kube) -> None:
+    # 120 exclusive CPUs: every virtual node has that many, none on one NUMA node
+    # (single-numa-node for the pod); the real node has 2 CPUs.
+    nowhere = pod("nowhere", cpu="120", memory="1Gi", anywhere=True)
+    kube.apply([nowhere])
+    note = wait_for(lambda: failed_scheduling(kube, "nowhere"), 60.0,
+                    "the FailedScheduling event of pod nowhere")
+    obj = kube.pod("nowhere")
+    assert not obj["spec"].get("nodeName")
+    condition = unschedulable(obj)
+    print(f"FailedScheduling ({len(note)} characters): {note}")
+    for node in VIRTUAL_NODES:
+        decision = verdict(published(kube, node), obj)
+        assert not decision.admitted
+        reason = f"nri-numa: {decision.rejection.message}"
+        assert reason in note, f"{node}'s reason is not in the event"
+        assert reason in condition
+    assert "Insufficient cpu" in note  # the real node: the scheduler's own count
+
+
+def test_pods_land_where_the_engine_admits_them_on_the_numa_nodes_it_chose(
+        extender_lab: ExtenderLab, kube: Kube) -> None:
+    # 100 CPUs fit one NUMA node of a dgx-h100 (112) only; 4 GPUs on one NUMA node too: the
+    # EPYC has 1 GPU per node, the GB200 2 per Grace. Counts alone fit every virtual node.
+    wanted = [pod("cpu100", cpu="100", memory="1Gi"), pod("gpu4", cpu="8", gpus=4)]
+    empty = {node: published(kube, node) for node in VIRTUAL_NODES}
+    for manifest in wanted:
+        refused = {n for n in VIRTUAL_NODES if not verdict(empty[n], manifest).admitted}
+        assert refused == set(VIRTUAL_NODES) - DGX_NODES
+    kube.apply(wanted)
+    pods = wait_decided(kube, ["cpu100", "gpu4"])
+    for name, obj in pods.items():
+        node = obj["spec"].get("nodeName")
+        assert node in DGX_NODES, f"{name} on {node}: {unschedulable(obj)}"
+        assert chosen(obj) and len(chosen(obj)) == 1
+    by_node: dict[str, set[str]] = {}
+    for obj in pods.values():
+        by_node.setdefault(obj["spec"]["nodeName"], set()).add(obj["metadata"]["uid"])
+    for node, uids in by_node.items():
+        state = wait_published(kube, node, uids)
+        for obj in pods.values():
+            if obj["spec"]["nodeName"] == node:
+                assert ledger_numa_nodes(state, obj["metadata"]["uid"]) == chosen(obj)
+
+
+# --- (b) a burst of 50 ------------------------------------------------------------------------------
+
+SHAPES = (  # (prefix, cpu, gpus, burstable): 7 shapes, 50 pods; 49 GPUs asked, 28 there
+    ("g4", "4", 0, False), ("gpu1", "8", 1, False), ("gpu2", "16", 2, False),
+    ("gpu4", "24", 4, False), ("big", "48", 0, False), ("burst", None, 0, True),
+    ("be", None, 0, False))
+
+
+def test_a_burst_of_50_pods_over_commits_no_node(extender_lab: ExtenderLab, kube: Kube,
+                                                 lab: Lab) -> None:
+    manifests = []
+    for i in range(50):
+        prefix, cpu, gpus, burstable = SHAPES[i % len(SHAPES)]
+        manifests.append(pod(f"burst-{prefix}-{i}", cpu=cpu, gpus=gpus, burstable=burstable))
+    names = [m["metadata"]["name"] for m in manifests]
+    began = time.monotonic()
+    kube.apply(manifests)
+    pods = wait_decided(kube, names)
+    took = time.monotonic() - began
+    bound = {n: p for n, p in pods.items() if p["spec"].get("nodeName")}
+    pending = {n: unschedulable(p) for n, p in pods.items() if not p["spec"].get("nodeName")}
+
+    by_node: dict[str, list[Json]] = {node: [] for node in VIRTUAL_NODES}
+    for obj in bound.values():
+        by_node[obj["spec"]["nodeName"]].append(obj)  # a KeyError: a pod off the virtual nodes
+    for node, objs in by_node.items():
+        state = wait_published(kube, node, {o["metadata"]["uid"] for o in objs})
+        # The node's engine admits its whole bound set: replayed from an empty node in the
+        # order the node's ledger took them.
+        ctx = EngineContext.build(state.topology, state.config)
+        replay, by_uid = ctx.empty_allocations(), {o["metadata"]["uid"]: o for o in objs}
+        for uid in state.allocations.pods:
+            result = admit(ctx, replay, pod_from_manifest(by_uid[uid]))
+            assert result.decision.admitted, f"{node} over-committed: {result.decision.rejection}"
+            replay = result.allocations
+            # ... and each pod sits on the NUMA nodes the extender chose for it.
+            assert ledger_numa_nodes(state, uid) == chosen(by_uid[uid])
+    for name, message in pending.items():
+        assert message, f"{name} is pending without a reason"
+    by_extender = [n for n, m in pending.items() if "nri-numa:" in m]
+    assert by_extender, "no pod was refused by the extender: the burst tested nothing"
+    assert "refuses pod" not in lab.log_tail(KEEPER, 2000)
+    SUMMARY.append(f"scheduler extender burst: 50 pods decided in {took:.1f} s; bound "
+                   + ", ".join(f"{n}: {len(o)}" for n, o in by_node.items())
+                   + f"; pending {len(pending)} ({len(by_extender)} with nri-numa's reason)")
+    print(SUMMARY[-1])
+
+
+# --- (c) the real node places where the extender chose ------------------------------------------
+
+
+def test_the_real_node_places_each_pod_on_the_numa_nodes_the_extender_chose(
+        extender_lab: ExtenderLab, kube: Kube, lab: Lab, layout: CgroupLayout) -> None:
+    # Two Guaranteed 1-CPU pods at once: CPU 0 is reserved, so one fits. The second stays
+    # Pending with nri-numa's reason instead of reaching the node (test_too_many_guaranteed.py).
+    wanted = [pod("real-g-0", cpu="1", memory="64Mi", node=NODE_NAME),
+              pod("real-g-1", cpu="1", memory="64Mi", node=NODE_NAME),
+              pod("real-be", node=NODE_NAME)]
+    kube.apply(wanted)
+    pods = wait_decided(kube, [m["metadata"]["name"] for m in wanted])
+    bound = sorted(n for n, p in pods.items() if p["spec"].get("nodeName") == NODE_NAME)
+    assert len(bound) == 2 and "real-be" in bound, {n: unschedulable(p) for n, p in pods.items()}
+    [refused] = set(pods) - set(bound)
+    assert "nri-numa: TopologyAffinityError" in unschedulable(pods[refused])
+    ids = wait_running(kube, bound)
+    machine = discover("/")
+    every_node = frozenset(n.id for n in machine.numa_nodes)
+    uids = {pods[n]["metadata"]["uid"] for n in bound}
+    state = wait_for(lambda: (lambda s: s if uids <= set(s.allocations.pods) else None)(
+        published(kube, NODE_NAME)), PUBLISHED_S, "the real node to publish its pods")
+    for name in bound:
+        obj = kube.pod(name)
+        cpus = container_cpus(lab, layout, ids[name])
+        placed = frozenset(n.id for n in machine.numa_nodes if n.cpus & cpus)
+        agent = ledger_numa_nodes(state, obj["metadata"]["uid"])
+        print(f"{name}: extender chose {sorted(chosen(obj))}, agent aligned {sorted(agent)}, "
+              f"cgroup CPUs {sorted(cpus)} on NUMA nodes {sorted(placed)}")
+        assert agent == chosen(obj)
+        # No choice is all NUMA nodes: on this one-node machine single-numa-node leaves a hint
+        # equal to every node unset, as the kubelet does, so no annotation is written.
+        assert placed == (chosen(obj) or every_node) == {0}
+        if name != "real-be":
+            assert cpus == {1}  # its exclusive CPU; CPU 0 is reserved
+    assert "CreateContainerError" not in str(kube.pod(refused).get("status"))
