@@ -35,10 +35,11 @@ from pathlib import Path
 import pytest
 
 from nri_numa.podresources.client import PodResourcesClient
+from nri_numa.topology import discover
 from nri_numa.topology.model import Topology
 from nri_numa.topology.parts import Cpu, NumaNode
 from tests.e2e.harness.cgroups import CgroupLayout
-from tests.e2e_k8s.kube import Json, Kube, container_statuses, wait_for
+from tests.e2e_k8s.kube import ApiError, Json, Kube, container_statuses, wait_for
 from tests.e2e_k8s.lab import DEVICE_PLUGIN, NODE_NAME, Lab
 from tests.e2e_k8s.pods import (container_cpus, delete_and_wait_gone, describe_pods,
                                 pod_manifest, wait_running)
@@ -92,7 +93,23 @@ def device_file(lab: Lab, kube: Kube, tmp_path_factory: pytest.TempPathFactory) 
     finally:
         problems = lab.stop_device_plugin()
         lab.restart_agent(topology=None)
+        # The tests after these read the NodeResourceTopology object: wait until the agent has
+        # put this machine's zones back in place of the split machine's.
+        zones = len(discover("/").numa_nodes)
+        wait_for(lambda: nrt_zones(kube) == zones, 30.0,
+                 f"the NodeResourceTopology object to show this machine's {zones} zones again")
         assert not problems, problems
+
+
+def nrt_zones(kube: Kube) -> int:
+    """How many zones the node's NodeResourceTopology object shows (0 while there is none)."""
+    try:
+        found = kube.get(f"/apis/topology.node.k8s.io/v1alpha2/noderesourcetopologies/{NODE_NAME}")
+    except ApiError as e:
+        if e.status == 404:
+            return 0
+        raise
+    return len(found.get("zones", []))
 
 
 def advertise(lab: Lab, devices: Path, healthy: str) -> None:
@@ -150,3 +167,22 @@ def test_the_kubelet_giving_the_gpu_on_the_node_with_the_free_cpu_places_the_pod
     # Allocate's answer reached the container through the kubelet and containerd.
     assert f"FAKE_DEVICE_0={NEAR}" in kube.kubectl("exec", "gpu-near", "--", "env").splitlines()
     delete_and_wait_gone(kube, lab, ["gpu-near"])
+
+
+def test_after_a_kubelet_restart_the_plugin_registers_again_and_its_devices_still_steer(
+        lab: Lab, kube: Kube, layout: CgroupLayout, device_file: Path) -> None:
+    """A restarted kubelet empties its device plugin folder and makes a new kubelet.sock; the
+    plugin serves on a new socket and registers again, and the kubelet hands its devices out."""
+    advertise(lab, device_file, healthy=NEAR)
+    registered_before = lab.log_tail(DEVICE_PLUGIN, 10_000).count("registered ")
+    lab.stop("kubelet")
+    lab.restart("kubelet")
+    wait_for(lambda: lab.log_tail(DEVICE_PLUGIN, 10_000).count("registered ") > registered_before,
+             60.0, "the fake device plugin to register with the restarted kubelet")
+    assert "again (a new kubelet.sock)" in lab.log_tail(DEVICE_PLUGIN, 10)
+
+    kube.apply([gpu_pod("gpu-after-restart")])
+    ids = wait_running(kube, ["gpu-after-restart"])
+    assert kubelet_devices(lab, "gpu-after-restart") == [(GPU, [NEAR], [0])]
+    assert container_cpus(lab, layout, ids["gpu-after-restart"]) == frozenset({1})
+    delete_and_wait_gone(kube, lab, ["gpu-after-restart"])
