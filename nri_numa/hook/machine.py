@@ -15,7 +15,6 @@ replaced.
 from __future__ import annotations
 
 import os
-import secrets
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -120,6 +119,8 @@ def _keep(folder: int, text: str) -> None:
     """Write the cache atomically; a failure only costs the next run a discovery. The temp
     file is new (O_EXCL, not following links) and the rename replaces whatever has the name,
     writing through nothing."""
+    import secrets  # only here: a hook that finds the cache never loads it
+
     temp = f"{TOPOLOGY_CACHE}.tmp-{os.getpid()}-{secrets.token_hex(4)}"
     try:
         fd = open_file(temp, CREATE_NEW, folder=folder)

@@ -44,8 +44,12 @@ def container_id(spec: Mapping[str, Any]) -> str:
     return found.group(0)
 
 
+FAST_CLIENT = "nri_numa/hook/fast_client.py"  # run by path (docs/oci-hook.md, "The fast path")
+
+
 def has_claiming_hook(spec: Mapping[str, Any]) -> bool:
-    """Whether the spec runs ``nri-numa hook createRuntime`` (or ``prestart``)."""
+    """Whether the spec runs ``nri-numa hook createRuntime`` (or ``prestart``), or the fast
+    client ``python3 -I -S …/nri_numa/hook/fast_client.py createRuntime``."""
     hooks = spec.get("hooks")
     if not isinstance(hooks, dict):
         return False
@@ -53,7 +57,8 @@ def has_claiming_hook(spec: Mapping[str, Any]) -> bool:
         for hook in hooks.get(stage) or ():
             args = hook.get("args") if isinstance(hook, dict) else None
             if isinstance(args, list) and any(
-                    a == "hook" and b in CLAIMING_STAGES for a, b in zip(args, args[1:])):
+                    isinstance(a, str) and (a == "hook" or a.endswith(FAST_CLIENT))
+                    and b in CLAIMING_STAGES for a, b in zip(args, args[1:])):
                 return True
     return False
 

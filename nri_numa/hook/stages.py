@@ -23,13 +23,12 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from nri_numa.engine.annotations import AnnotationError
 from nri_numa.hook.cgroup import (CgroupError, CgroupFs, ContainerCgroup, ProcessGone, locate,
                                   write_cpuset)
 from nri_numa.hook.machine import Machine
-from nri_numa.hook.memory import DaemonMemory
 from nri_numa.hook.oci import OciState
 from nri_numa.hook.precreate import SpecError, container_id, has_claiming_hook, placed_spec
 from nri_numa.hook.procs import ProcessId, is_running, process_id
@@ -39,6 +38,9 @@ from nri_numa.runtime import (DeviceGranter, DeviceLocator, GrantError, RuntimeC
 from nri_numa.runtime.oci_spec import is_sandbox, runtime_container
 from nri_numa.state.checkpoint import CheckpointError, CheckpointStore, LockBusy
 from nri_numa.topology.cpulist import format_list
+
+if TYPE_CHECKING:
+    from nri_numa.hook.memory import DaemonMemory
 
 log = logging.getLogger("nri_numa.hook")
 

@@ -38,6 +38,7 @@ from tests.e2e.harness.runtimes import RUNC, RuntimesUnavailable, find_busybox
 pytestmark = pytest.mark.e2e
 
 REPO = Path(__file__).resolve().parents[2]
+FAST_CLIENT = REPO / "nri_numa" / "hook" / "fast_client.py"
 PODMAN = Path("/usr/bin/podman")
 HOOK_TIMEOUT_S = 20  # in config.json / hooks.d: 20 hooks at once share this machine's CPUs
 HOOK_OWN_TIMEOUT_S = 15
@@ -66,9 +67,15 @@ class Lab:
         return self.topology.online_cpus - self.reserved
 
     def hook_args(self, stage: str) -> list[str]:
-        return ["nri-numa", "hook", stage, "--config", str(self.config), "--state-dir",
-                str(self.state), "--topology", str(self.topology_file),
+        """As the shipped files run the hook: the fast client by path, from the interpreter
+        nri-numa is installed in, with -I -S (no daemon here: it runs the hook in process)."""
+        return [self.hook_path, "-I", "-S", str(FAST_CLIENT), stage, "--config", str(self.config),
+                "--state-dir", str(self.state), "--topology", str(self.topology_file),
                 "--timeout", str(HOOK_OWN_TIMEOUT_S)]
+
+    @property
+    def hook_path(self) -> str:
+        return str(self.hook.with_name("python3"))
 
     def ledger(self) -> dict:
         payload = CheckpointStore(self.state, machine_fingerprint(self.topology)).load()
@@ -152,7 +159,7 @@ def bundle(lab: Lab, name: str, cpus: int, args: list[str]) -> Path:
     else:  # BestEffort: the shared pool
         del resources["cpu"], resources["memory"]
     for stage, [hook] in spec["hooks"].items():
-        hook.update(path=str(lab.hook), args=lab.hook_args(stage), timeout=HOOK_TIMEOUT_S)
+        hook.update(path=lab.hook_path, args=lab.hook_args(stage), timeout=HOOK_TIMEOUT_S)
     folder = lab.base / "bundles" / name
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "config.json").write_text(json.dumps(spec))
@@ -287,7 +294,7 @@ def hooks_dir(lab: Lab, name: str, files: tuple[str, ...]) -> Path:
     folder.mkdir(exist_ok=True)
     for file in files:
         data = json.loads((REPO / "hooks" / file).read_text())
-        data["hook"].update(path=str(lab.hook), args=lab.hook_args(data["stages"][0]),
+        data["hook"].update(path=lab.hook_path, args=lab.hook_args(data["stages"][0]),
                             timeout=HOOK_TIMEOUT_S)
         (folder / file).write_text(json.dumps(data))
     return folder

@@ -10,6 +10,7 @@ ending in ``(N ms)``, counted from the start of the hook process (the runtime's 
 
 from __future__ import annotations
 
+import functools
 import io
 import json
 import math
@@ -109,8 +110,23 @@ def documented_hooks(lab: BurstLab, drop: Iterable[str] = ()) -> dict:
                 elif i and args[i - 1] == "--state-dir":
                     arg = str(lab.state)
                 out.append(arg)
-            hook.update(path=str(lab.hook), args=out)
+            if out[1:3] == ["-I", "-S"]:  # the fast client, by path, from nri-numa's Python
+                out[0] = str(lab.hook.with_name("python3"))
+                out[3] = str(fast_client(lab.hook))
+                hook.update(path=out[0], args=out)
+            else:
+                hook.update(path=str(lab.hook), args=out)
     return hooks
+
+
+@functools.lru_cache(maxsize=4)
+def fast_client(hook: Path) -> Path:
+    """The fast client of the build whose ``nri-numa`` is ``hook`` (another build's with
+    bench_hook_burst --hook)."""
+    done = subprocess.run([str(hook.with_name("python3")), "-c",
+                           "import nri_numa.hook.fast_client as m; print(m.__file__)"],
+                          capture_output=True, text=True, check=True, timeout=60)
+    return Path(done.stdout.strip())
 
 
 def hook_timeouts() -> tuple[float, float]:

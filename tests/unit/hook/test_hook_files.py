@@ -17,10 +17,24 @@ HOOKS_D = {"nri-numa-createruntime.json": "createRuntime", "nri-numa-poststop.js
            "nri-numa-precreate.json": "precreate"}
 
 
+FAST_CLIENT = "nri_numa/hook/fast_client.py"
+VENV = "/opt/nri-numa/venv/"  # where packaging/README.md installs nri-numa
+
+
+def hook_command(hook: dict) -> list[str]:
+    """The ``nri-numa`` arguments a shipped hook runs: every file runs the fast client, run by
+    path from the interpreter nri-numa is installed in, with ``-I -S`` (docs/oci-hook.md).
+    ``args[0]`` is the interpreter's whole path: Python finds its installation (the venv) from
+    it, and a bare ``python3`` would be looked up on the hook's PATH: the system's."""
+    path, args = hook["path"], hook["args"]
+    assert Path(path).is_absolute() and path.startswith(VENV)
+    assert args[0] == path and args[1:3] == ["-I", "-S"]
+    assert args[3].startswith(VENV) and args[3].endswith("/site-packages/" + FAST_CLIENT)
+    return ["hook", *args[4:]]
+
+
 def check_hook(hook: dict, stage: str) -> None:
-    assert Path(hook["path"]).is_absolute()
-    assert hook["args"][0] == Path(hook["path"]).name
-    args = build_parser().parse_args(hook["args"][1:])
+    args = build_parser().parse_args(hook_command(hook))
     assert (args.command, args.stage) == ("hook", stage)
     assert isinstance(hook["timeout"], int) and hook["timeout"] > (args.timeout or 4)
     assert any(e.startswith("PATH=/") for e in hook["env"])  # explicit: never the runtime's env
@@ -44,8 +58,8 @@ def test_every_hook_file_uses_the_same_binary_and_state():
     states = set()
     for name in HOOKS_D:
         hook = json.loads((HOOKS / name).read_text())["hook"]
-        args = build_parser().parse_args(hook["args"][1:])
-        states.add((hook["path"], args.state_dir, args.config))
+        args = build_parser().parse_args(hook_command(hook))
+        states.add((hook["path"], hook["args"][3], args.state_dir, args.config))
     assert len(states) == 1  # all stages must share one ledger
 
 
@@ -58,6 +72,12 @@ def test_the_runc_example_runs_the_hook_at_create_runtime_and_poststop():
     assert spec["process"]["terminal"] is False
 
 
+def test_the_fast_client_the_files_name_is_the_packages_and_the_daemon_units_venv():
+    assert (Path(__file__).resolve().parents[3] / FAST_CLIENT).is_file()
+    unit = (HOOKS.parent / "packaging" / "nri-numa-hook-daemon.service").read_text()
+    assert f"ExecStart={VENV}bin/nri-numa hook-daemon" in unit
+
+
 def test_the_example_configuration_turns_the_static_cpu_manager_on():
     from nri_numa.hook.machine import load_config
 
@@ -65,4 +85,4 @@ def test_the_example_configuration_turns_the_static_cpu_manager_on():
     assert str(config.cpu_manager_policy) == "static" and config.reserved_system_cpus == {0}
     for name in HOOKS_D:
         hook = json.loads((HOOKS / name).read_text())["hook"]
-        assert build_parser().parse_args(hook["args"][1:]).config.endswith(".json")
+        assert build_parser().parse_args(hook_command(hook)).config.endswith(".json")

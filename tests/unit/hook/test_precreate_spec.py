@@ -46,6 +46,13 @@ def _hook(*args: str) -> dict:
     ({"poststop": [_hook("hook", "createRuntime")]}, False),
     ({}, False),
     (None, False),
+    ({"createRuntime": [{"path": "/v/bin/python3", "args": [
+        "/v/bin/python3", "-I", "-S", "/v/lib/nri_numa/hook/fast_client.py", "createRuntime"]}]},
+     True),
+    ({"createRuntime": [{"path": "/v/bin/python3", "args": [
+        "/v/bin/python3", "-I", "-S", "/v/lib/nri_numa/hook/fast_client.py", "poststop"]}]},
+     False),
+    ({"createRuntime": [{"path": "/x", "args": ["x", 3, "createRuntime"]}]}, False),
 ])
 def test_the_claiming_hook_must_be_in_the_spec(hooks, claims):
     assert has_claiming_hook({"hooks": hooks}) is claims
