@@ -43,7 +43,7 @@ def describe_pods(kube: Kube, names: Iterable[str]) -> str:
         if pod is None:
             parts.append(f"{name}: gone")
             continue
-        states = [next(iter(s.get("state", {}) or {"?": {}}.items())) for s in container_statuses(pod)]
+        states = [next(iter((s.get("state") or {"?": {}}).items())) for s in container_statuses(pod)]
         parts.append(f"{name}: {pod.get('status', {}).get('phase')} "
                      + ", ".join(f"{state}{' ' + detail.get('reason', '') if detail else ''}"
                                  for state, detail in states))
