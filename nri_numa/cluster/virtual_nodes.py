@@ -128,9 +128,12 @@ class Keeper:
             try:
                 self.heartbeat()
                 self.sync_pods()
-            except ApiError as e:  # the API server is away: keep trying, say it once a beat
+            except ApiError as e:  # the API server is away: keep trying
                 log.warning("virtual nodes: %s", e)
-                stop.wait(min(HEARTBEAT_S, 2.0))
+                stop.wait(2.0)
+            except Exception:  # the nodes must outlive any one surprise; the log has it
+                log.exception("virtual nodes: one round failed; going on")
+                stop.wait(2.0)
             stop.wait(poll_s)
 
     def heartbeat(self, force: bool = False) -> None:
@@ -313,8 +316,11 @@ def _config(path: str | None) -> Any:
     from nri_numa.engine.config_reader import config_from_mapping
     from nri_numa.safeio.documents import DocumentError, load_yaml
 
-    with open(path, encoding="utf-8") as f:
-        text = f.read(1024 * 1024 + 1)
+    try:
+        with open(path, encoding="utf-8") as f:
+            text = f.read(1024 * 1024 + 1)
+    except (OSError, UnicodeDecodeError) as e:
+        raise VirtualNodeError(f"--config {path}: {getattr(e, 'strerror', None) or e}") from None
     if len(text) > 1024 * 1024:
         raise VirtualNodeError(f"--config {path}: more than 1 MiB")
     try:

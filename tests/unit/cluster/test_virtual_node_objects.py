@@ -65,3 +65,19 @@ def test_the_node_is_ready_tainted_and_its_lease_is_owned_by_it():
     assert lease["metadata"]["ownerReferences"][0]["uid"] == "uid-1"
     # The client drops a zero fraction; the API server refuses a MicroTime without one.
     assert micro_time(1_800_000_000.0).endswith(".000001Z")
+
+
+def test_the_command_line_refuses_bad_input_with_one_line(tmp_path):
+    import subprocess
+    import sys
+
+    bad_config = tmp_path / "config.yaml"
+    bad_config.write_text("topologyManagerPolicy: sometimes\n")
+    for args, problem in ((["nope"], "no preset 'nope'"),
+                          (["--config", str(tmp_path / "missing.yaml"), "gb200"], "--config"),
+                          (["--config", str(bad_config), "gb200"], "sometimes")):
+        done = subprocess.run([sys.executable, "-m", "nri_numa.cluster.virtual_nodes", *args],
+                              capture_output=True, text=True, timeout=60)
+        assert done.returncode == 2
+        assert done.stderr.startswith("virtual-nodes: error: ") and problem in done.stderr
+        assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr
