@@ -49,20 +49,20 @@ def main(argv: list[str] | None = None) -> int:
             devices = read_device_file(args.devices)
         else:
             devices = device_list(args.resource, [device_from_flag(d) for d in args.device])
-        # grpcio is loaded only once the arguments are known to be good.
-        from nri_numa.fake_device_plugin.plugin import FakeDevicePlugin, PluginError
-
-        plugin = FakeDevicePlugin(devices, plugin_dir=args.plugin_dir, endpoint=args.endpoint,
-                                  device_file=args.devices, pre_start_required=not args.no_pre_start)
     except DeviceListError as e:
         print(f"fake device plugin: {e}", file=sys.stderr)
         return 2
+    # grpcio is loaded only once the devices are known to be good.
+    from nri_numa.fake_device_plugin.plugin import FakeDevicePlugin, PluginError
+
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
     try:
+        plugin = FakeDevicePlugin(devices, plugin_dir=args.plugin_dir, endpoint=args.endpoint,
+                                  device_file=args.devices, pre_start_required=not args.no_pre_start)
         plugin.start()
-    except (PluginError, RuntimeError) as e:
+    except (PluginError, RuntimeError, OSError) as e:  # OSError: the folder not writable
         print(f"fake device plugin: {e}", file=sys.stderr)
         return 2
     print(f"fake device plugin: running (pid {os.getpid()})", file=sys.stderr, flush=True)

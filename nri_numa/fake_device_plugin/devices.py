@@ -136,8 +136,10 @@ def _device_id(value: Any, where: str) -> str:
 def _mapping(data: Any, where: str, keys: set[str]) -> Mapping[str, Any]:
     if not isinstance(data, Mapping):
         raise DeviceListError(f"{where} must be a mapping, not {type(data).__name__}")
-    unknown = sorted(str(k) for k in data if k not in keys)
+    unknown = [k for k in data if k not in keys]
     if unknown:
-        raise DeviceListError(f"{where}: unknown keys {', '.join(unknown)} "
-                              f"(known: {', '.join(sorted(keys))})")
+        # Quoted and clipped: a key may be any text, newlines and lone surrogates included.
+        named = ", ".join(quote(k) for k in unknown[:3]) + (
+            f" and {len(unknown) - 3} more" if len(unknown) > 3 else "")
+        raise DeviceListError(f"{where}: unknown keys {named} (known: {', '.join(sorted(keys))})")
     return data

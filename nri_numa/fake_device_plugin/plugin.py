@@ -38,6 +38,7 @@ from nri_numa.fake_device_plugin.devices import (HEALTHY, UNHEALTHY, DeviceList,
                                                  read_device_file)
 from nri_numa.fake_device_plugin.pb import api_pb2 as dp
 from nri_numa.fake_device_plugin.pb import api_pb2_grpc as dp_grpc
+from nri_numa.safeio.bounds import quote
 
 ENV_PREFIX = "FAKE_DEVICE_"
 POLL_S = 0.5
@@ -80,8 +81,8 @@ class FakeDevicePlugin:
         self.plugin_dir = Path(plugin_dir)
         self.endpoint = endpoint or "fake-" + devices.resource.replace("/", "-").replace(".", "-") + ".sock"
         if "/" in self.endpoint or self.endpoint in (".", "..", KUBELET_SOCKET_NAME):
-            raise PluginError(f"endpoint {self.endpoint!r} must be a plain file name other than "
-                              f"{KUBELET_SOCKET_NAME}")
+            raise PluginError(f"endpoint {quote(self.endpoint)} must be a plain file name other "
+                              f"than {KUBELET_SOCKET_NAME}")
         self.socket_path = self.plugin_dir / self.endpoint
         self.kubelet_socket = self.plugin_dir / KUBELET_SOCKET_NAME
         if len(str(self.socket_path.absolute())) > MAX_SOCKET_PATH:

@@ -41,7 +41,7 @@ def test_a_file_gives_health_and_topology(tmp_path: Path) -> None:
     ({"resource": GPU, "devices": [{"id": "a", "health": "ok"}]},
      "devices[0].health must be Healthy or Unhealthy, not 'ok'"),
     ({"resource": GPU, "devices": [{"id": "a", "nodes": [0]}]},
-     "devices[0]: unknown keys nodes (known: health, id, numa)"),
+     "devices[0]: unknown keys 'nodes' (known: health, id, numa)"),
     ({"resource": GPU, "devices": {"id": "a"}}, "devices must be a list, not dict"),
     (["a"], "the file must be a mapping, not list"),
 ])
