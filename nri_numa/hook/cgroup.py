@@ -128,12 +128,15 @@ def write_cpuset(cgroup: ContainerCgroup, cpus: frozenset[int],
 
 def _write_changed(cgroup: ContainerCgroup, folder: str, name: str,
                    value: frozenset[int]) -> int:
-    """Write ``value`` to ``folder/name`` unless the file holds it, and read it back after a
-    write. The number of writes (0 or 1)."""
+    """Write ``value`` to ``folder/name`` unless the file reads as the kernel writes that value
+    (ranges, as ``format_list``), and read it back after a write. The number of writes (0 or 1).
+    Compared as text, not parsed: a file that holds the value written another way is written
+    again, which changes nothing."""
     path = f"{folder}/{name}"
-    if _read_list(path, expect=value) == value:
+    text = _formatted(value)
+    if _read_raw(path).strip() == text.encode():
         return 0
-    _write(path, _formatted(value))
+    _write(path, text)
     _check(cgroup, name, value, _read_list(path))
     return 1
 
@@ -220,20 +223,25 @@ def _read_list(path: str, follow: bool = False,
     """A CPU or node list file. The files the hook writes are read as they are written: never
     through a symlink, never waiting on a FIFO. The effective files are only read (``follow``).
     A file that reads exactly as ``expect`` is written is that set, without parsing it."""
+    data = _read_raw(path, follow)
+    if expect is not None and data.strip() == _formatted(expect).encode():
+        return expect
+    try:
+        return parse_list(data.decode("ascii", "replace"))
+    except ListFormatError as e:
+        raise CgroupError(f"{path}: {e}") from None
+
+
+def _read_raw(path: str, follow: bool = False) -> bytes:
     flags = _READ_FLAGS if follow else _READ_FLAGS | os.O_NOFOLLOW | os.O_NONBLOCK
     try:
         fd = os.open(path, flags)
         try:
-            data = os.read(fd, _MAX_LIST_BYTES)
+            return os.read(fd, _MAX_LIST_BYTES)
         finally:
             os.close(fd)
-        if expect is not None and data.strip() == _formatted(expect).encode():
-            return expect
-        return parse_list(data.decode("ascii", "replace"))
     except OSError as e:
         raise CgroupError(f"cannot read {path}: {_why(e)}") from None
-    except ListFormatError as e:
-        raise CgroupError(f"{path}: {e}") from None
 
 
 # The shared pool is written to every shared container alike: format it once.

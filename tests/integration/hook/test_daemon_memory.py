@@ -18,6 +18,7 @@ from nri_numa.hook.memory import DaemonMemory
 from nri_numa.hook.oci import parse_state
 from nri_numa.hook.stages import HookEnv, HookError, create_runtime
 from nri_numa.state.checkpoint import CheckpointStore, machine_fingerprint
+from nri_numa.topology.cpulist import format_list
 from tests.integration.hook.fake_host import FakeHost, oci_state
 from tests.integration.hook.test_stages_fake import CONFIG, TOPOLOGY, create, stop
 
@@ -95,7 +96,7 @@ def test_a_shared_container_already_on_the_pool_is_not_rewritten(tmp_path, host,
     # s's cgroup already has the pool x's release will give it (a person, or a run that
     # failed after writing it): the release must not write it again.
     grown = pool | host.cpus("/pods/x")
-    (host.dir("/pods/s") / "cpuset.cpus").write_text(",".join(map(str, sorted(grown))))
+    (host.dir("/pods/s") / "cpuset.cpus").write_text(format_list(grown) + "\n")  # as the kernel
     os.utime(host.dir("/pods/s") / "cpuset.cpus", ns=(OLD_NS, OLD_NS))
     stop(env, host, "x", 1001)
     assert host.cpus("/pods/s") == grown
