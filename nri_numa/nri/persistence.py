@@ -1,9 +1,14 @@
-"""The plugin's checkpoint: its records written before every answer, read back at start-up.
+"""The plugin's checkpoint: each event's changes written before its answer, read back at
+start-up.
 
 An event's changes commit as one transaction: they are in memory and on disk when the runtime
-hears the answer, or (the write failed, or the handler raised) they never happened. The
-payload holds the ledger, the records and the configuration the placements were made under;
-each part is kept encoded until it changes (state/encoding.py).
+hears the answer, or (the write failed, or the handler raised) they never happened. On disk
+they are a snapshot and a journal (nri_numa.state.plugin_checkpoint): an event appends one
+record holding only what it changed — the pods the ledger touched, the records that changed,
+the pool's change — so its cost does not grow with the number of containers. When the journal
+outgrows the snapshot, or when something cannot be written as a record (the ledger replaced by
+a Synchronize or a new configuration, a failed write), the whole state is written as a new
+snapshot instead; its parts are kept encoded until they change (state/encoding.py).
 """
 
 from __future__ import annotations
@@ -11,13 +16,16 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+from nri_numa.engine.allocations import Allocations
 from nri_numa.engine.context import EngineContext
 from nri_numa.nri.decision_log import log
-from nri_numa.nri.records import Records
+from nri_numa.nri.records import ContainerTable, Records, TrackedDict, on_the_pool
 from nri_numa.nri.session import PluginError
 from nri_numa.state.checkpoint import CheckpointError, CheckpointStore
-from nri_numa.state.encoding import Encoded, LedgerEncoder, RecordsEncoder, canonical
+from nri_numa.state.encoding import (Encoded, LedgerEncoder, RecordsEncoder, blocks_value,
+                                     canonical, node_value, pod_value, reusable_value)
 from nri_numa.state.ledger import Ledger, LedgerError
+from nri_numa.state.plugin_checkpoint import PluginCheckpoint, op
 from nri_numa.state.plugin_records import RecordError, records_from_dict
 from nri_numa.state.recorded_config import (PAYLOAD_KEY, RecordedConfig,
                                             checkpoint_config_matches)
@@ -33,7 +41,10 @@ class StateFile:
 
     def __init__(self, store: CheckpointStore | None, ctx: EngineContext) -> None:
         self._store = store
+        self._checkpoint = None if store is None else PluginCheckpoint(store)
         self._ledger_json, self._records_json = LedgerEncoder(), RecordsEncoder()
+        # The ledger and its allocations as the journal holds them; None: write a snapshot.
+        self._saved: tuple[Ledger, Allocations] | None = None
         self.configured(ctx)
 
     @property
@@ -42,16 +53,96 @@ class StateFile:
         return str(self._store.path) if self._store is not None else "the plugin's state"
 
     def configured(self, ctx: EngineContext) -> None:
-        """The settings to record from now on."""
+        """The settings to record from now on (written with the next snapshot, which the next
+        change writes)."""
         self._config_json = Encoded(canonical(recorded(ctx).to_dict()))  # encoded once
+        self._saved = None
 
     def save(self, records: Records) -> None:
-        """CheckpointError when the file cannot be written; the old one is then whole."""
-        if self._store is not None:
-            self._store.save({"ledger": self._ledger_json.encode(records.ledger),
-                              "records": self._records_json.encode(records.pods,
-                                                                   records.containers),
-                              PAYLOAD_KEY: self._config_json})
+        """CheckpointError when the state cannot be written; what was on disk is then whole,
+        and the next save writes a snapshot."""
+        checkpoint = self._checkpoint
+        if checkpoint is None:
+            return
+        change = self._change(records) if checkpoint.appendable else None
+        if change is None:
+            self._compact(records)
+            return
+        ops, shared = change
+        if ops or shared is not None:
+            try:
+                checkpoint.append(ops, shared)
+            except CheckpointError:
+                self._saved = None
+                raise
+        self._mark_saved(records)
+        if checkpoint.wants_compaction():
+            try:
+                self._compact(records)
+            except CheckpointError as e:  # the event is in the journal: it stands
+                log.warning("journal not compacted (tried again at the next change): %s", e)
+
+    def _compact(self, records: Records) -> None:
+        assert self._checkpoint is not None
+        ledger = records.ledger
+        try:
+            self._checkpoint.compact({
+                "ledger": self._ledger_json.encode(ledger),
+                "records": self._records_json.encode(records.pods, records.containers,
+                                                     ledger.allocations.shared),
+                PAYLOAD_KEY: self._config_json})
+        except CheckpointError:
+            self._saved = None
+            raise
+        self._mark_saved(records)
+
+    def _mark_saved(self, records: Records) -> None:
+        records.saved()
+        self._saved = (records.ledger, records.ledger.allocations)
+
+    def _change(self, records: Records
+                ) -> tuple[list[bytes], tuple[frozenset[int], frozenset[int]] | None] | None:
+        """What changed since the last write, as a journal record's ops and the pool's change;
+        None when only a snapshot can say it."""
+        saved = self._saved
+        ledger = records.ledger
+        if (saved is None or ledger is not saved[0] or type(records.pods) is not TrackedDict
+                or type(records.containers) is not ContainerTable):
+            return None
+        before, now = saved[1], ledger.allocations
+        ops: list[bytes] = []
+        shared = None
+        if now is not before:
+            pods = now.pods
+            for uid in ledger.touched:
+                pod = pods.get(uid)
+                if pod is not before.pods.get(uid):
+                    ops.append(op("pods", uid, None if pod is None else pod_value(uid, pod)))
+            memory, memory_before = now.memory, before.memory
+            if memory is not memory_before:
+                if memory is None or memory_before is None:
+                    return None  # the Memory Manager turned on or off: a new configuration
+                for n, node in memory.nodes.items():
+                    if memory_before.nodes.get(n) is not node:
+                        ops.append(op("machineState", str(n), node_value(str(n), node)))
+                for uid in ledger.touched:
+                    blocks = memory.blocks.get(uid)
+                    if blocks is not memory_before.blocks.get(uid):
+                        ops.append(op("entries", uid,
+                                      None if blocks is None else blocks_value(uid, blocks)))
+                    masks = memory.reusable.get(uid)
+                    if masks is not memory_before.reusable.get(uid):
+                        ops.append(op("reusable", uid,
+                                      None if masks is None else reusable_value(uid, masks)))
+            if now.shared is not before.shared and now.shared != before.shared:
+                shared = (now.shared - before.shared, before.shared - now.shared)
+        for table, mapping in (("podRecords", records.pods), ("containers", records.containers)):
+            for key, deleted in mapping.changed.items():
+                value = mapping.get(key)
+                if deleted and value is not None:
+                    ops.append(op(table, key, None))
+                ops.append(op(table, key, None if value is None else value.to_dict()))
+        return ops, shared
 
     @contextmanager
     def transaction(self, records: Records) -> Iterator[None]:
@@ -68,9 +159,14 @@ class StateFile:
 
     def restore(self, ctx: EngineContext) -> Records | None:
         """The records of a good checkpoint made under these settings; None when there is
-        none, or it was set aside (with a warning naming why)."""
-        if self._store is None or (payload := self._store.load()) is None:
+        none, or it was set aside (with a warning naming why). A restored state is written
+        again at once as a new snapshot: the journal starts empty, and a checkpoint in the
+        single-file format of earlier versions is migrated."""
+        checkpoint = self._checkpoint
+        if checkpoint is None or (loaded := checkpoint.load()) is None:
             return None
+        payload = loaded.payload
+        assert self._store is not None
         try:
             pods, containers = records_from_dict(payload.get("records"))
             if not checkpoint_config_matches(self._store, payload, recorded(ctx),
@@ -81,7 +177,16 @@ class StateFile:
                 if c.in_ledger and ledger.allocations.container(c.pod_uid, c.name) is None:
                     raise RecordError(f"container {c.id} is not in the ledger")
         except (LedgerError, RecordError) as e:
-            self._store.set_aside(str(e))
+            checkpoint.set_aside(str(e))
             return None
-        log.info("restored %d containers from %s", len(containers), self._store.path)
-        return Records(ledger, pods, containers)
+        log.info("restored %d containers from %s (%d journal records)", len(containers),
+                 self._store.path, loaded.records)
+        records = Records(ledger, pods, on_the_pool(containers))
+        # Ledger entries no record explains, as an older agent's checkpoint may hold: swept
+        # here once, since an event looks only at its own pods.
+        records.drop_orphans()
+        try:
+            self._compact(records)
+        except CheckpointError as e:
+            log.warning("restored state not written again (the next change does): %s", e)
+        return records

@@ -2,13 +2,14 @@
 containers it manages, which change together.
 
 A record keeps what the engine's request for a container needs (the pod's identity and
-annotations, the container's request) and the cpuset the container was last given: its
-exclusive CPUs, or the shared pool, which moves whenever an exclusive container comes or goes.
+annotations, the container's request) and its exclusive CPUs; a shared container runs on the
+shared pool, which moves whenever an exclusive container comes or goes, and its record holds
+no CPUs (``ON_THE_POOL``): ``Records.cpus_of`` gives the CPUs either kind runs on.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from nri_numa.engine.allocations import Allocations
@@ -20,25 +21,133 @@ from nri_numa.state.ledger import Ledger
 from nri_numa.state.plugin_records import ContainerRecord, PodRecord
 
 
+# The CPUs a shared container's record holds: none of its own, it runs on the pool. The pool
+# is not copied into every shared record (each would then change whenever it moves); the
+# checkpoint writes the pool for them (nri_numa.state.encoding.RecordsEncoder).
+ON_THE_POOL: frozenset[int] = frozenset()
+
+
+def on_the_pool(containers: Mapping[str, ContainerRecord]) -> dict[str, ContainerRecord]:
+    """Records read from a checkpoint, the shared ones holding no CPUs (``ON_THE_POOL``)."""
+    return {key: _with_cpus(c, ON_THE_POOL) if not c.exclusive and c.cpus else c
+            for key, c in containers.items()}
+
+
+class TrackedDict(dict):
+    """A dict that notes the keys changed since the journal last wrote it (``changed``, in the
+    order the changes leave the dict in): an event's record holds those keys only. A key maps
+    to True when it was deleted at some point (replay then deletes before setting it, so that
+    it lands at the end, as here)."""
+
+    __slots__ = ("changed",)
+
+    def __init__(self, items: Mapping | None = None, changed: dict | None = None) -> None:
+        super().__init__(items or {})
+        self.changed: dict[str, bool] = dict(changed or {})
+
+    def __setitem__(self, key: str, value: object) -> None:
+        if key in self:
+            self.changed.setdefault(key, False)
+        else:  # lands at the end: so does its change
+            self.changed[key] = self.changed.pop(key, False)
+        dict.__setitem__(self, key, value)
+
+    def __delitem__(self, key: str) -> None:
+        dict.__delitem__(self, key)
+        self.changed.pop(key, None)
+        self.changed[key] = True
+
+    def pop(self, key: str, *default: object) -> object:  # type: ignore[override]
+        if key in self:
+            value = dict.__getitem__(self, key)
+            del self[key]
+            return value
+        return dict.pop(self, key, *default)
+
+    def clear(self) -> None:
+        for key in list(self):
+            del self[key]
+
+    def _refused(self, *args: object, **kwargs: object) -> None:
+        raise TypeError("change a TrackedDict key by key: the journal must see every change")
+
+    update = setdefault = popitem = _refused  # type: ignore[assignment]
+
+
+class ContainerTable(TrackedDict):
+    """The container records by id, indexed by sandbox and by pod uid (creation order within
+    each), so that an event looks at its own pod's containers only."""
+
+    __slots__ = ("by_sandbox", "by_uid")
+
+    def __init__(self, items: Mapping[str, ContainerRecord] | None = None,
+                 changed: dict | None = None) -> None:
+        super().__init__(items, changed)
+        self.by_sandbox: dict[str, dict[str, None]] = {}
+        self.by_uid: dict[str, dict[str, None]] = {}
+        for record in self.values():
+            self._index(record)
+
+    def __setitem__(self, key: str, value: ContainerRecord) -> None:
+        old = self.get(key)
+        if old is not None and (old.sandbox_id, old.pod_uid) != (value.sandbox_id,
+                                                                  value.pod_uid):
+            self._unindex(old)
+            old = None
+        super().__setitem__(key, value)
+        if old is None:
+            self._index(value)
+
+    def __delitem__(self, key: str) -> None:
+        record = self[key]
+        super().__delitem__(key)
+        self._unindex(record)
+
+    def _index(self, record: ContainerRecord) -> None:
+        self.by_sandbox.setdefault(record.sandbox_id, {})[record.id] = None
+        self.by_uid.setdefault(record.pod_uid, {})[record.id] = None
+
+    def _unindex(self, record: ContainerRecord) -> None:
+        for index, key in ((self.by_sandbox, record.sandbox_id), (self.by_uid, record.pod_uid)):
+            ids = index.get(key)
+            if ids is not None:
+                ids.pop(record.id, None)
+                if not ids:
+                    del index[key]
+
+    def of_sandbox(self, sandbox_id: str) -> list[ContainerRecord]:
+        return [self[i] for i in self.by_sandbox.get(sandbox_id, ())]
+
+
 @dataclass(frozen=True)
 class Snapshot:
     """The records as they were, to go back to when an event does not commit."""
 
+    ledger: Ledger
     allocations: Allocations
+    touched: frozenset[str]
     pods: dict[str, PodRecord]
+    pods_changed: dict[str, bool]
     containers: dict[str, ContainerRecord]
+    containers_changed: dict[str, bool]
+    pool_sent: frozenset[int]
 
 
 class Records:
     """The ledger and the records, changed in step: a record ``in_ledger`` has its allocation
     in the ledger; one that is not (adopted, it did not fit) may still hold there the devices it
-    had (sync.adopt). Ledger entries no record explains are dropped when containers go."""
+    had (sync.adopt). Ledger entries no record explains are dropped when containers go.
 
-    def __init__(self, ledger: Ledger, pods: dict[str, PodRecord] | None = None,
-                 containers: dict[str, ContainerRecord] | None = None) -> None:
+    A shared container's record does not follow the pool: its CPUs are the pool, whatever
+    ``cpus`` says (``cpus_of``). ``pool_sent`` is the pool the shared containers were last
+    sent; when the pool moves, all of them are sent the new one (``shared_updates``)."""
+
+    def __init__(self, ledger: Ledger, pods: Mapping[str, PodRecord] | None = None,
+                 containers: Mapping[str, ContainerRecord] | None = None) -> None:
         self.ledger = ledger
-        self.pods: dict[str, PodRecord] = pods or {}  # by sandbox id
-        self.containers: dict[str, ContainerRecord] = containers or {}  # by id, creation order
+        self.pods: TrackedDict = TrackedDict(pods)  # by sandbox id
+        self.containers: ContainerTable = ContainerTable(containers)  # by id, creation order
+        self.pool_sent = ledger.allocations.shared
 
     @property
     def shared(self) -> frozenset[int]:
@@ -49,11 +158,23 @@ class Records:
         return record.cpus if record.exclusive else self.shared
 
     def snapshot(self) -> Snapshot:
-        return Snapshot(self.ledger.allocations, dict(self.pods), dict(self.containers))
+        ledger = self.ledger
+        return Snapshot(ledger, ledger.allocations, frozenset(ledger.touched), dict(self.pods),
+                        dict(self.pods.changed), dict(self.containers),
+                        dict(self.containers.changed), self.pool_sent)
 
     def roll_back(self, snapshot: Snapshot) -> None:
-        self.ledger = Ledger(self.ledger.ctx, snapshot.allocations)
-        self.pods, self.containers = snapshot.pods, snapshot.containers
+        self.ledger = snapshot.ledger
+        self.ledger.reset(snapshot.allocations, set(snapshot.touched))
+        self.pods = TrackedDict(snapshot.pods, snapshot.pods_changed)
+        self.containers = ContainerTable(snapshot.containers, snapshot.containers_changed)
+        self.pool_sent = snapshot.pool_sent
+
+    def saved(self) -> None:
+        """The journal holds every change so far."""
+        self.pods.changed.clear()
+        self.containers.changed.clear()
+        self.ledger.touched.clear()
 
     # --- what comes in ------------------------------------------------------------------------
 
@@ -67,34 +188,42 @@ class Records:
 
     def known_requests(self, sandbox_id: str, but: str) -> list[ContainerRequest]:
         """The requests of the pod's containers but ``but``, in creation order."""
-        return [c.request for c in self.containers.values()
-                if c.sandbox_id == sandbox_id and c.name != but]
+        return [c.request for c in self.containers.of_sandbox(sandbox_id) if c.name != but]
 
     def forget_stale(self, pod: PodRecord, name: str, container_id: str) -> None:
         # A pod runs one container per name: an older one of that name has exited (its stop
         # may have been missed while we were away), so what it held is free again.
-        for stale in [c for c in self.containers.values() if c.sandbox_id == pod.sandbox_id
-                      and c.name == name and c.id != container_id]:
+        for stale in [c for c in self.containers.of_sandbox(pod.sandbox_id)
+                      if c.name == name and c.id != container_id]:
             del self.containers[stale.id]
             self.ledger.release(stale.pod_uid, stale.name)  # a no-op where it holds nothing
 
     def remember(self, container_id: str, pod: PodRecord, request: ContainerRequest,
                  placement: Placement) -> None:
-        self.containers[container_id] = ContainerRecord(
-            container_id, pod.sandbox_id, pod.uid, request, placement.cpus,
-            placement.exclusive, placement.mems)
+        self._replace(ContainerRecord(
+            container_id, pod.sandbox_id, pod.uid, request,
+            placement.cpus if placement.exclusive else ON_THE_POOL, placement.exclusive,
+            placement.mems))
 
-    def remember_unplaced(self, container_id: str, pod: PodRecord, request: ContainerRequest,
-                          cpus: frozenset[int]) -> None:
+    def remember_unplaced(self, container_id: str, pod: PodRecord,
+                          request: ContainerRequest) -> None:
         """A running container that did not fit: not placed, it follows the shared pool."""
-        self.containers[container_id] = ContainerRecord(
-            container_id, pod.sandbox_id, pod.uid, request, cpus, exclusive=False,
-            in_ledger=False)
+        self._replace(ContainerRecord(
+            container_id, pod.sandbox_id, pod.uid, request, ON_THE_POOL, exclusive=False,
+            in_ledger=False))
+
+    def _replace(self, record: ContainerRecord) -> None:
+        """``record`` in; what an older record under its id (another pod's or name's, as only
+        a confused runtime sends) held is released with it."""
+        old = self.containers.get(record.id)
+        self.containers[record.id] = record
+        if old is not None and (old.pod_uid, old.name) != (record.pod_uid, record.name):
+            self.drop_orphans((old.sandbox_id,), (old.pod_uid,))
 
     # --- what goes ----------------------------------------------------------------------------
 
     def in_sandbox(self, sandbox_id: str) -> list[str]:
-        return [c.id for c in self.containers.values() if c.sandbox_id == sandbox_id]
+        return list(self.containers.by_sandbox.get(sandbox_id, ()))
 
     def release(self, ids: Iterable[str]) -> list[ContainerRecord]:
         """The records of ``ids`` we had, gone with what they held, and their pods when empty."""
@@ -102,46 +231,54 @@ class Records:
         for record in released:
             self.ledger.release(record.pod_uid, record.name)  # a no-op where it holds nothing
         if released:
-            self.drop_orphans()
+            self.drop_orphans({r.sandbox_id for r in released}, {r.pod_uid for r in released})
         return released
 
-    def drop_orphans(self) -> None:
-        """Pods with no container left, and ledger entries no record explains."""
-        containers = self.containers.values()
-        in_use = {c.sandbox_id for c in containers}
-        if self.pods.keys() - in_use:
-            self.pods = {k: p for k, p in self.pods.items() if k in in_use}
-        placed = {(c.pod_uid, c.request.name) for c in containers}
-        orphans = [(uid, name) for uid, pod in self.ledger.allocations.pods.items()
-                   for name in pod.containers if (uid, name) not in placed]
-        for uid, name in orphans:
-            self.ledger.release(uid, name)
+    def drop_orphans(self, sandboxes: Iterable[str] | None = None,
+                     uids: Iterable[str] | None = None) -> None:
+        """Pods with no container left, and ledger entries no record explains; only among
+        ``sandboxes`` and ``uids`` when given (those of the containers just released)."""
+        index = self.containers
+        for sandbox in list(self.pods) if sandboxes is None else sandboxes:
+            if sandbox in self.pods and sandbox not in index.by_sandbox:
+                del self.pods[sandbox]
+        pods = self.ledger.allocations.pods
+        for uid in list(pods) if uids is None else uids:
+            held = pods.get(uid)
+            if held is None:
+                continue
+            placed = {index[i].request.name for i in index.by_uid.get(uid, ())}
+            for name in [n for n in held.containers if n not in placed]:
+                self.ledger.release(uid, name)
 
     # --- cpusets ------------------------------------------------------------------------------
 
     def shared_updates(self, skip: str | None = None) -> list[api.ContainerUpdate]:
-        """Move every shared container we manage whose cpuset is not the shared pool now."""
-        shared = self.shared
-        # ``is`` first: two equal frozensets compare member by member, and most shared
-        # records hold the pool's own object.
-        moving = [r for r in self.containers.values() if not r.exclusive
-                  and r.cpus is not shared and r.cpus != shared and r.id != skip]
+        """When the pool moved since the shared containers were last sent it: the new pool for
+        every shared container we manage (but ``skip``, whose own answer carries it)."""
+        shared, sent = self.shared, self.pool_sent
+        # ``is`` first: two equal frozensets compare member by member.
+        if shared is sent or shared == sent:
+            return []
+        self.pool_sent = shared
+        moving = [r.id for r in self.containers.values() if not r.exclusive and r.id != skip]
         if not moving:
             return []
         # One message built, the others copied from it (in C) with their own container id.
-        template = translate.cpuset_update(moving[0].id, shared)
+        template = translate.cpuset_update(moving[0], shared)
         updates = []
-        for record in moving:
-            self.move(record, shared)
+        for container_id in moving:
             update = api.ContainerUpdate()
             update.CopyFrom(template)
-            update.container_id = record.id
+            update.container_id = container_id
             updates.append(update)
         return updates
 
     def move(self, record: ContainerRecord, cpus: frozenset[int]) -> None:
-        """The container's record, now on ``cpus``."""
-        self.containers[record.id] = _with_cpus(record, cpus)
+        """An exclusive container's record, now on ``cpus``; a shared one follows the pool
+        and keeps its record."""
+        if record.exclusive and record.cpus != cpus:
+            self.containers[record.id] = _with_cpus(record, cpus)
 
 
 def _with_cpus(record: ContainerRecord, cpus: frozenset[int]) -> ContainerRecord:

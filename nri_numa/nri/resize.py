@@ -14,7 +14,7 @@ from dataclasses import replace
 from nri_numa.engine.request import ContainerRequest, RequestError
 from nri_numa.nri import decision_log
 from nri_numa.nri.pb import api_pb2 as api
-from nri_numa.nri.records import Records
+from nri_numa.nri.records import ON_THE_POOL, Records
 from nri_numa.nri.session import PluginError
 from nri_numa.runtime import RuntimeContainer, container_request, pod_qos, pod_request
 from nri_numa.state.plugin_records import ContainerRecord
@@ -51,8 +51,8 @@ def apply(records: Records, record: ContainerRecord, container: RuntimeContainer
         raise PluginError(f"nri-numa: resize refused: {rejection.message}")
     placement = result.decision.placements[0]
     resized = ContainerRecord(record.id, record.sandbox_id, record.pod_uid, after,
-                              placement.cpus, placement.exclusive, placement.mems,
-                              record.in_ledger)
+                              placement.cpus if placement.exclusive else ON_THE_POOL,
+                              placement.exclusive, placement.mems, record.in_ledger)
     records.containers[record.id] = resized
     if pod is not None:
         decision_log.placed(pod, result.decision.policy, placement, record.id, "resized")

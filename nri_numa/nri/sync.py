@@ -98,7 +98,7 @@ def adopt(records: Records, reader: RequestReader, container: RuntimeContainer,
         if held:  # its devices stay held even so
             records.ledger = Ledger(ctx, _seeded(records.ledger.allocations, pod_req.uid,
                                                  request.name, frozenset(), held))
-        records.remember_unplaced(container.id, pod, request, container.cpuset_cpus or frozenset())
+        records.remember_unplaced(container.id, pod, request)
         return
     records.ledger = Ledger(ctx, result.allocations)
     placement = result.decision.placements[0]
@@ -241,4 +241,5 @@ def restore_cpusets(records: Records, live: dict[str, RuntimeContainer],
                         record.name, record.id, format_list(actual), format_list(expected))
         updates.append(translate.cpuset_update(record.id, expected, record.mems))
         records.move(record, expected)
+    records.pool_sent = shared  # every shared container is on it now, or is being sent it
     return updates

@@ -148,9 +148,20 @@ class CheckpointStore:
         finally:
             os.close(folder)
 
-    def save(self, payload: Mapping[str, Any]) -> None:
+    @property
+    def fsyncs(self) -> bool:
+        """Whether writes are synced to the disk (see the module's notes)."""
+        return self._fsync
+
+    def open_folder(self) -> int:
+        """The state folder's descriptor (made if missing); the caller closes it.
+        CheckpointError when it is a symlink, not a folder, or cannot be made."""
+        return self._folder()
+
+    def save(self, payload: Mapping[str, Any]) -> int:
         """Replace the checkpoint with ``payload``, whose members may come ``Encoded`` already
-        (nri_numa.state.encoding); CheckpointError leaves the old file whole."""
+        (nri_numa.state.encoding); the bytes written. CheckpointError leaves the old file
+        whole."""
         try:
             body = encode_payload(payload)  # fails before anything touches the disk
         except (TypeError, ValueError) as e:
@@ -188,6 +199,7 @@ class CheckpointStore:
                 self._fsync_dir(folder)
         finally:
             os.close(folder)
+        return len(data)
 
     def set_aside(self, reason: str) -> Path | None:
         """Rename the checkpoint out of the way (kept for a person to look at) and warn."""

@@ -83,13 +83,10 @@ class LedgerEncoder:
     ``MemoryState.to_dict``; the members come from those methods themselves."""
 
     def __init__(self) -> None:
-        self._pods = _Members(_pod)
-        self._nodes = _Members(lambda n, node: MemoryState(
-            {int(n): node}).to_dict()["machineState"][n])
-        self._entries = _Members(lambda uid, blocks: MemoryState(
-            {}, {uid: blocks}).to_dict()["entries"][uid])
-        self._reusable = _Members(lambda uid, masks: MemoryState(
-            {}, reusable={uid: masks}).to_dict()["reusable"][uid])
+        self._pods = _Members(pod_value)
+        self._nodes = _Members(node_value)
+        self._entries = _Members(blocks_value)
+        self._reusable = _Members(reusable_value)
         self._memory: tuple[MemoryState | None, bytes] | None = None
 
     def encode(self, ledger: Ledger) -> Encoded:
@@ -114,23 +111,42 @@ class LedgerEncoder:
 _VERSION = canonical(LEDGER_VERSION)
 
 
-def _pod(uid: str, pod: PodAllocation) -> Any:
+# The ledger's members as ``Ledger.to_dict`` writes them, one at a time (the journal's records
+# hold only the members an event changed).
+
+
+def pod_value(uid: str, pod: PodAllocation) -> Any:
     """The pod's value in ``Allocations.to_dict()["pods"]``."""
     return Allocations(frozenset(), {uid: pod}).to_dict()["pods"][uid]
 
 
+def node_value(n: str, node: Any) -> Any:
+    """A NUMA node's value in the memory state's ``machineState``."""
+    return MemoryState({int(n): node}).to_dict()["machineState"][n]
+
+
+def blocks_value(uid: str, blocks: Any) -> Any:
+    """A pod's memory blocks in the memory state's ``entries``."""
+    return MemoryState({}, {uid: blocks}).to_dict()["entries"][uid]
+
+
+def reusable_value(uid: str, masks: Any) -> Any:
+    """A pod's reusable memory in the memory state's ``reusable``."""
+    return MemoryState({}, reusable={uid: masks}).to_dict()["reusable"][uid]
+
+
 class RecordsEncoder:
-    """``records_to_dict`` in canonical JSON. Each record is kept encoded, by its key, with the
-    object it came from; a container record is its cpus (the first key in canonical order)
-    and a tail holding the rest, so that a shared container moved to a new pool (a new record,
-    only its cpus differ) costs its new CPU list."""
+    """``records_to_dict`` in canonical JSON, a shared container's CPUs written as the pool
+    ``shared`` (its record does not follow the pool: nri_numa.nri.records). Each record is
+    kept encoded, by its key, with the object it came from, as its cpus (the first key in
+    canonical order) and a tail holding the rest."""
 
     def __init__(self) -> None:
         self._pods: dict[str, tuple[PodRecord, bytes]] = {}
-        self._containers: dict[str, tuple[ContainerRecord, bytes, bytes]] = {}
+        self._containers: dict[str, tuple[ContainerRecord, bytes]] = {}
 
-    def encode(self, pods: Mapping[str, PodRecord],
-               containers: Mapping[str, ContainerRecord]) -> Encoded:
+    def encode(self, pods: Mapping[str, PodRecord], containers: Mapping[str, ContainerRecord],
+               shared: frozenset[int]) -> Encoded:
         known_pods, known = self._pods, self._containers
         self._pods = kept_pods = {
             key: pod if (pod := known_pods.get(key)) is not None and pod[0] is p
@@ -138,27 +154,18 @@ class RecordsEncoder:
             for key, p in pods.items()}
         self._containers = kept = {
             key: container if (container := known.get(key)) is not None and container[0] is c
-            else _container(c, container)
+            else (c, _tail(c))
             for key, c in containers.items()}
+        pool = b'{"cpus":"' + format_cached(shared).encode() + b'",'
         return Encoded(b"".join((
-            b'{"containers":[', b",".join([c[1] for c in kept.values()]),
+            b'{"containers":[', b",".join([
+                (b'{"cpus":"' + format_cached(c.cpus).encode() + b'",' if c.exclusive else pool)
+                + tail for c, tail in kept.values()]),
             b'],"pods":[', b",".join([p[1] for p in kept_pods.values()]), b"]}")))
 
 
-def _container(record: ContainerRecord, before: tuple[ContainerRecord, bytes, bytes] | None
-               ) -> tuple[ContainerRecord, bytes, bytes]:
-    """The record, its JSON, and its JSON after ``{"cpus":"…",``; the tail of ``before``,
-    the record's last encoding, when only the cpus changed."""
-    if before is not None and _same_but_cpus(before[0], record):
-        tail = before[2]
-    else:
-        fields = record.to_dict()
-        del fields["cpus"]
-        tail = canonical(fields)[1:]
-    return record, b'{"cpus":"' + format_cached(record.cpus).encode() + b'",' + tail, tail
-
-
-def _same_but_cpus(a: ContainerRecord, b: ContainerRecord) -> bool:
-    return (a.request is b.request and a.id == b.id and a.sandbox_id == b.sandbox_id
-            and a.pod_uid == b.pod_uid and a.exclusive == b.exclusive and a.mems == b.mems
-            and a.in_ledger == b.in_ledger)
+def _tail(record: ContainerRecord) -> bytes:
+    """The record's JSON after ``{"cpus":"…",``."""
+    fields = record.to_dict()
+    del fields["cpus"]
+    return canonical(fields)[1:]

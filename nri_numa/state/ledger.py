@@ -28,6 +28,10 @@ class Ledger:
     def __init__(self, ctx: EngineContext, allocations: Allocations | None = None) -> None:
         self.ctx = ctx
         self._allocations = ctx.empty_allocations() if allocations is None else allocations
+        # The pods whose allocation may have changed since the journal last wrote this ledger
+        # (nri_numa.nri.persistence): the engine changes only the pod it admits, resizes or
+        # releases, so an event's record holds those and not the whole ledger.
+        self.touched: set[str] = set()
 
     @property
     def allocations(self) -> Allocations:
@@ -37,6 +41,7 @@ class Ledger:
         result = admit(self.ctx, self._allocations, pod, containers)
         if result.decision.admitted:
             self._allocations = result.allocations
+            self.touched.add(pod.uid)
         return result
 
     def resize(self, pod: PodRequest, before: ContainerRequest,
@@ -45,11 +50,17 @@ class Ledger:
         result = resize(self.ctx, self._allocations, pod, before, after)
         if result.decision.admitted:
             self._allocations = result.allocations
+            self.touched.add(pod.uid)
         return result
 
     def release(self, pod_id: str, container: str | None = None) -> Allocations:
         self._allocations = release(self.ctx, self._allocations, pod_id, container)
+        self.touched.add(pod_id)
         return self._allocations
+
+    def reset(self, allocations: Allocations, touched: set[str]) -> None:
+        """Back to ``allocations`` (an event rolled back), with the pods touched then."""
+        self._allocations, self.touched = allocations, touched
 
     def to_dict(self) -> dict[str, Any]:
         return {"version": LEDGER_VERSION, "allocations": self._allocations.to_dict()}

@@ -50,8 +50,10 @@ class PodRecord:
 
 @dataclass(frozen=True)
 class ContainerRecord:
-    """A container the plugin manages: the engine's request for it, and the cpuset it was last
-    given (its exclusive CPUs, or the shared pool). ``in_ledger`` is False for a running
+    """A container the plugin manages: the engine's request for it, and its exclusive CPUs.
+    A shared container runs on the shared pool: the NRI plugin's record of it holds no CPUs
+    (nri_numa.nri.records.ON_THE_POOL) and its checkpoint writes the pool as its cpus; the
+    hook's ledger keeps the pool it last wrote there. ``in_ledger`` is False for a running
     container that did not fit when adopted: it only follows the shared pool (the ledger may
     still hold the devices it had)."""
 

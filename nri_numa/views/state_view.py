@@ -34,6 +34,7 @@ from nri_numa.safeio.safe_files import UnusableFile, open_folder, read_regular
 from nri_numa.state.checkpoint import (FILE_NAME, MAX_BYTES, UntrustedCheckpoint,
                                        current_boot_id, read_envelope)
 from nri_numa.state.ledger import LEDGER_VERSION
+from nri_numa.state.plugin_checkpoint import UntrustedState, read_state
 from nri_numa.state.plugin_records import (ContainerRecord, PodRecord, RecordError,
                                            records_from_dict)
 from nri_numa.state.recorded_config import PAYLOAD_KEY as CONFIG_KEY
@@ -136,7 +137,11 @@ def read_checkpoint(state_dir: Path, boot_id: str | None = None) -> Checkpoint:
                              "yet, or give the --state-dir it runs with") from None
     raw, written = contents.data, contents.mtime
     envelope = _envelope(raw, path, boot_id or current_boot_id())
-    payload = envelope["payload"]
+    try:  # the NRI plugin's changes since its snapshot (nri_numa.state.plugin_checkpoint)
+        payload, journal_written = read_state(state_dir, envelope["payload"])
+    except UntrustedState as e:
+        raise StateViewError(f"{path}: {e}") from None
+    written = max(written, journal_written)
     try:
         allocations = _allocations(payload.get("ledger"))
         pods, containers = records_from_dict(payload.get("records"))

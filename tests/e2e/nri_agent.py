@@ -27,6 +27,7 @@ from nri_numa.engine.config_reader import config_from_mapping
 from nri_numa.engine.context import EngineContext
 from nri_numa.state.checkpoint import FILE_NAME, CheckpointStore, machine_fingerprint
 from nri_numa.state.ledger import Ledger
+from nri_numa.state.plugin_checkpoint import JOURNAL_NAME, PluginCheckpoint
 from nri_numa.state.plugin_records import ContainerRecord, PodRecord, records_from_dict
 from nri_numa.topology import discover
 from nri_numa.topology.cpulist import format_list, parse_list
@@ -195,12 +196,16 @@ def machine() -> Topology:
 
 
 def load_state(state_dir: Path, topology: Topology) -> SavedState:
-    """The agent's checkpoint, checked as the agent checks it (format, machine, checksum) and
-    turned back into a ledger. A copy is read: loading may rename an untrusted file aside."""
+    """The agent's checkpoint (snapshot and journal), checked as the agent checks them (format,
+    machine, checksums) and turned back into a ledger. A copy is read: loading may rename an
+    untrusted file aside."""
     with tempfile.TemporaryDirectory() as scratch:
-        shutil.copy(state_dir / FILE_NAME, Path(scratch) / FILE_NAME)
-        payload = CheckpointStore(scratch, machine_fingerprint(topology)).load()
-        assert payload is not None, f"{state_dir / FILE_NAME} is not a trusted checkpoint"
+        for name in (FILE_NAME, JOURNAL_NAME):
+            if (state_dir / name).exists():
+                shutil.copy(state_dir / name, Path(scratch) / name)
+        loaded = PluginCheckpoint(CheckpointStore(scratch, machine_fingerprint(topology))).load()
+        assert loaded is not None, f"{state_dir / FILE_NAME} is not a trusted checkpoint"
+        payload = loaded.payload
     ctx = EngineContext.build(topology, config_from_mapping(CONFIG))
     pods, containers = records_from_dict(payload["records"])
     return SavedState(Ledger.restore(ctx, payload["ledger"]), pods, containers)

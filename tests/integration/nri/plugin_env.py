@@ -8,7 +8,8 @@ from pathlib import Path
 from nri_numa.engine.config_reader import config_from_mapping
 from nri_numa.nri.pb import api_pb2 as api
 from nri_numa.nri.plugin import NumaPlugin
-from nri_numa.state.checkpoint import CheckpointStore, machine_fingerprint
+from nri_numa.state.checkpoint import CheckpointStore, machine_fingerprint, read_envelope
+from nri_numa.state.plugin_checkpoint import read_state
 from nri_numa.topology.model import Topology
 from nri_numa.topology.parts import Cpu, Gpu, NumaNode, PciDevice
 from tests import nri_messages as msg
@@ -50,6 +51,14 @@ def new_plugin(state_dir: Path | None = None, sent: Sent | None = None, **config
     store = None if state_dir is None else CheckpointStore(state_dir, machine_fingerprint(topology))
     return NumaPlugin(topology, config_from_mapping({**CONFIG, **config}), store,
                       send_updates=sent)
+
+
+def saved_payload(state_dir: Path) -> dict:
+    """The plugin's state as a restart reads it: the snapshot's payload (checked) with its
+    journal replayed; nothing is changed or set aside."""
+    raw = (state_dir / "checkpoint.json").read_bytes()
+    payload, _ = read_state(state_dir, read_envelope(raw)["payload"])
+    return payload
 
 
 def cpusets(updates) -> dict[str, str]:

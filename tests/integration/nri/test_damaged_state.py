@@ -28,7 +28,7 @@ from tests import nri_messages as msg
 from tests.damaged_state import DAMAGES, VICTIM_TEXT, damage, snapshot
 from tests.integration.nri.fake_runtime import FakeRuntime
 from nri_numa.state.checkpoint import CheckpointStore, machine_fingerprint
-from tests.integration.nri.plugin_env import CONFIG, create, machine, new_plugin
+from tests.integration.nri.plugin_env import CONFIG, create, machine, new_plugin, saved_payload
 from tests.tmpfs import fast_tmp
 
 REPO = Path(__file__).resolve().parents[3]
@@ -117,8 +117,8 @@ def test_the_agent_starts_on_a_damaged_checkpoint_sets_it_aside_and_serves(scrat
     assert len(warnings) == 1, warnings
     assert warnings[0].endswith(f"checkpoint {state / 'checkpoint.json'} set aside as {aside}: "
                                 f"{DAMAGES[kind]}; the state will be rebuilt from the runtime")
-    written = json.loads((state / "checkpoint.json").read_text())
-    cpus = {c["id"]: c["cpus"] for c in written["payload"]["records"]["containers"]}
+    written = saved_payload(state)
+    cpus = {c["id"]: c["cpus"] for c in written["records"]["containers"]}
     assert cpus[RUNNING.id] == format_list({6, 7}) and len(cpus) == 2
     if victim is not None:
         assert aside.is_symlink() and victim.read_text() == VICTIM_TEXT
@@ -209,9 +209,9 @@ def test_huge_ids_in_a_checksummed_checkpoint_set_it_aside_at_once(state_dir, ca
     g = msg.pod("g")
     create(first, g, msg.guaranteed(g, "app", cpus=2))
     store = CheckpointStore(state_dir, machine_fingerprint(machine()))
-    payload = store.load()
+    payload = saved_payload(state_dir)
     change(payload)
-    store.save(payload)
+    store.save(payload)  # a checkpoint in one file, as earlier versions wrote it
     started = time.monotonic()
     assert not new_plugin(state_dir).containers
     assert time.monotonic() - started < 10

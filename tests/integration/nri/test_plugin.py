@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import errno
+import os
+
 import pytest
 
 from nri_numa.engine.config_reader import config_from_mapping
 from nri_numa.nri.pb import api_pb2 as api
 from nri_numa.nri.session import PluginError
+from nri_numa.state import journal
 from nri_numa.state.checkpoint import CheckpointError, CheckpointStore
 from nri_numa.topology.cpulist import format_list, parse_list
 from tests import nri_messages as msg
@@ -111,7 +115,11 @@ def test_a_failed_checkpoint_write_refuses_and_rolls_back(state_dir, monkeypatch
     def full(self, payload):
         raise CheckpointError("cannot write /state/checkpoint.json: No space left on device")
 
-    monkeypatch.setattr(CheckpointStore, "save", full)
+    def no_space(fd, body, sync):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(CheckpointStore, "save", full)  # a snapshot
+    monkeypatch.setattr(journal, "append", no_space)  # a journal record
     with pytest.raises(PluginError, match="cannot save state, nothing changed.*No space"):
         create(plugin, g_pod, msg.guaranteed(g_pod, "app", cpus=1))
     assert plugin.ledger.allocations == before and plugin.containers == records

@@ -126,7 +126,10 @@ def test_restart_from_the_checkpoint_gives_the_same_placements(state_dir):
     assert second.containers == first.containers
     assert second.ledger.allocations == first.ledger.allocations
     # The runtime reports every container where we put it: nothing to change.
-    now = [running(c, format_list(first.containers[c.id].cpus), pid=i + 1)
+    def cpus(record):  # a shared container's record holds no CPUs: it runs on the pool
+        return record.cpus if record.exclusive else first.ledger.allocations.shared
+
+    now = [running(c, format_list(cpus(first.containers[c.id])), pid=i + 1)
            for i, c in enumerate(containers)]
     assert not sync(second, pods, now).update
     assert second.containers == first.containers

@@ -37,15 +37,15 @@ def place(r: Records, uid: str, cpu: str) -> ContainerRecord:
 
 def test_shared_updates_move_each_shared_container_with_its_own_id():
     r = records()
-    place(r, "a", "100m")
+    first = place(r, "a", "100m")
     second = place(r, "b", "100m")
     place(r, "g", "2")  # the shared pool shrinks: a and b are not on it any more
-    assert r.containers["ctr-a"].cpus != r.shared
     updates = r.shared_updates(skip="ctr-b")
     assert [u.container_id for u in updates] == ["ctr-a"]
     assert updates[0].linux.resources.cpu.cpus == format_list(r.shared)
     assert updates[0].ignore_failure
-    assert r.containers["ctr-a"].cpus == r.shared
+    # The records are not rewritten: a shared container's CPUs are the pool's.
+    assert r.containers["ctr-a"] is first and r.cpus_of(first) == r.shared
     assert r.containers["ctr-b"] is second  # skipped: the caller gives it the pool itself
     assert r.containers["ctr-g"].exclusive and r.containers["ctr-g"].cpus.isdisjoint(r.shared)
     assert r.shared_updates(skip="ctr-b") == []  # everyone is where the pool is
@@ -73,7 +73,25 @@ def test_release_drops_empty_pods_and_ledger_entries_no_record_explains():
     released = r.release(["ctr-a", "ctr-unknown"])
     assert [c.id for c in released] == ["ctr-a"]
     assert list(r.pods) == ["sb-b"]
+    # A release looks at its own pods only (its cost does not grow with the ledger) ...
+    assert set(r.ledger.allocations.pods) == {"b", "x"}
+    r.drop_orphans()  # ... the whole sweep runs on a restored checkpoint and at Synchronize
     assert set(r.ledger.allocations.pods) == {"b"}
+
+
+def test_a_release_drops_the_orphans_of_its_own_pod():
+    r = records()
+    place(r, "a", "2")
+    # The same pod's ledger holds a container no record explains.
+    lost = container_from_resources("lost", "app", {"cpu": "1"}, {"cpu": "1", "memory": "1Gi"})
+    app = r.containers["ctr-a"].request
+    assert r.ledger.admit(PodRequest(uid="a", namespace="default", name="a",
+                                     app_containers=(app, lost)), ["lost"]).decision.admitted
+    r.remember("ctr-a2", r.pods["sb-a"], container_from_resources(
+        "other", "app", {"cpu": "100m"}, {}), Placement("other", r.shared, False, None))
+    r.release(["ctr-a"])
+    assert not r.ledger.allocations.pod("a").containers  # "lost" went with its pod's release
+    assert r.in_sandbox("sb-a") == ["ctr-a2"] and list(r.pods) == ["sb-a"]
 
 
 def test_an_unchanged_pod_keeps_its_record_object():
