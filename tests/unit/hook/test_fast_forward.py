@@ -1,4 +1,4 @@
-"""The fast client (nri_numa/hook/fast_client.py, built-in modules only) against the client it
+"""The fast client (nri_numa/hook/fast_forward.py, built-in modules only) against the client it
 stands in for (nri_numa.hook.client, which uses json): the same arguments, the same request
 bytes, the same reading of every answer, the same words."""
 
@@ -8,7 +8,8 @@ import json
 
 import pytest
 
-from nri_numa.hook import client, deadline, entry, fast_client
+from nri_numa.hook import client, deadline, entry
+from nri_numa.hook import fast_forward
 
 
 @pytest.mark.parametrize("args", [
@@ -19,7 +20,7 @@ from nri_numa.hook import client, deadline, entry, fast_client
     ["poststop", "poststop"], ["createRuntime", "--start-daemon=1"]])
 def test_arguments_are_read_as_the_client_reads_them(args):
     theirs = client.parse_hook_args(args)
-    ours = fast_client.parse_args(args)
+    ours = fast_forward.parse_args(args)
     if theirs is None:
         assert ours is None
     else:
@@ -33,7 +34,7 @@ def test_arguments_are_read_as_the_client_reads_them(args):
 def test_the_request_is_byte_for_byte_the_clients(stdin):
     options = {"state_dir": "/run/nri-numa", "timeout": "8", "config": "/etc/\u00e9\"x",
                "started": 1764215000.123456}
-    assert fast_client.encode_request("createRuntime", stdin, options) == \
+    assert fast_forward.encode_request("createRuntime", stdin, options) == \
         client.encode_request("createRuntime", stdin, options)
 
 
@@ -48,10 +49,10 @@ def test_every_answer_the_daemon_writes_is_read_as_json_reads_it(reply):
         try:
             expected = client.decode_reply(raw)
         except client.ProtocolError:
-            with pytest.raises(fast_client.ProtocolError):
-                fast_client.decode_reply(raw)
+            with pytest.raises(fast_forward.ProtocolError):
+                fast_forward.decode_reply(raw)
             continue
-        assert fast_client.decode_reply(raw) == expected
+        assert fast_forward.decode_reply(raw) == expected
 
 
 @pytest.mark.parametrize("line", [
@@ -66,39 +67,39 @@ def test_odd_answers_get_the_clients_verdict(line):
     try:
         expected = client.decode_reply(line)
     except client.ProtocolError as e:
-        with pytest.raises(fast_client.ProtocolError) as got:
-            fast_client.decode_reply(line)
+        with pytest.raises(fast_forward.ProtocolError) as got:
+            fast_forward.decode_reply(line)
         assert str(got.value) == str(e)
     else:
-        assert fast_client.decode_reply(line) == expected
+        assert fast_forward.decode_reply(line) == expected
 
 
 def test_the_words_and_defaults_are_the_hooks():
-    assert fast_client.COUNTED == deadline.COUNTED
-    assert fast_client.DAEMON_HINT == deadline.DAEMON_HINT
-    assert fast_client.DEFAULT_STATE_DIR == str(entry.DEFAULT_STATE_DIR) == client.DEFAULT_STATE_DIR
-    assert fast_client.DEFAULT_TIMEOUT_S == entry.DEFAULT_TIMEOUT_S
-    assert fast_client.MAX_TIMEOUT_S == entry.MAX_TIMEOUT_S
-    assert (fast_client.SOCKET_NAME, fast_client.LOG_NAME) == (client.SOCKET_NAME, entry.LOG_NAME)
-    assert fast_client.MAX_LINE == client.MAX_LINE
-    assert set(fast_client.STAGES) == set(entry.STAGES)
-    assert fast_client.VALUE_OPTIONS == client.VALUE_OPTIONS
+    assert fast_forward.COUNTED == deadline.COUNTED
+    assert fast_forward.DAEMON_HINT == deadline.DAEMON_HINT
+    assert fast_forward.DEFAULT_STATE_DIR == str(entry.DEFAULT_STATE_DIR) == client.DEFAULT_STATE_DIR
+    assert fast_forward.DEFAULT_TIMEOUT_S == entry.DEFAULT_TIMEOUT_S
+    assert fast_forward.MAX_TIMEOUT_S == entry.MAX_TIMEOUT_S
+    assert (fast_forward.SOCKET_NAME, fast_forward.LOG_NAME) == (client.SOCKET_NAME, entry.LOG_NAME)
+    assert fast_forward.MAX_LINE == client.MAX_LINE
+    assert set(fast_forward.STAGES) == set(entry.STAGES)
+    assert fast_forward.VALUE_OPTIONS == client.VALUE_OPTIONS
 
 
 @pytest.mark.parametrize("folder, joined", [("/run/nri-numa", "/run/nri-numa/hook.sock"),
                                             ("/run/nri-numa/", "/run/nri-numa/hook.sock"),
                                             ("", "hook.sock"), ("rel", "rel/hook.sock")])
 def test_paths_join_as_os_path_joins_them(folder, joined):
-    assert fast_client.join(folder, "hook.sock") == joined
+    assert fast_forward.join(folder, "hook.sock") == joined
 
 
 def test_the_log_line_is_written_as_the_hooks(tmp_path):
     path = tmp_path / "new" / "hook.log"
-    fast_client.log_line(str(path), "poststop", "gave up")
+    fast_forward.log_line(str(path), "poststop", "gave up")
     deadline.log_line(str(path), "poststop", "gave up")
     ours, theirs = path.read_text().splitlines()
     assert ours.split(" ", 2)[2] == theirs.split(" ", 2)[2]
     assert oct(path.stat().st_mode & 0o777) == "0o600"
     (tmp_path / "link.log").symlink_to(path)
-    fast_client.log_line(str(tmp_path / "link.log"), "poststop", "not through a link")
+    fast_forward.log_line(str(tmp_path / "link.log"), "poststop", "not through a link")
     assert "not through a link" not in path.read_text()
