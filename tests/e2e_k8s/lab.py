@@ -136,7 +136,8 @@ def _established(kube: Kube, crd: str) -> bool:
     except ApiError:
         return False
     return any(c.get("type") == "Established" and c.get("status") == "True"
-               for c in found.get("status", {}).get("conditions", []))
+               # A CRD just created may say "conditions": null until the apiserver fills them.
+               for c in (found.get("status") or {}).get("conditions") or [])
 
 
 def free_port() -> int:
