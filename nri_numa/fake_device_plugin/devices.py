@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from nri_numa.agent.inputs import InputFileError, read_text, yaml_documents
-from nri_numa.safeio.bounds import quote
+from nri_numa.safeio.bounds import quote, quote_some
 
 HEALTHY, UNHEALTHY = "Healthy", "Unhealthy"
 MAX_ID_LENGTH = 63  # the kubelet's limit on a device id
@@ -138,8 +138,6 @@ def _mapping(data: Any, where: str, keys: set[str]) -> Mapping[str, Any]:
         raise DeviceListError(f"{where} must be a mapping, not {type(data).__name__}")
     unknown = [k for k in data if k not in keys]
     if unknown:
-        # Quoted and clipped: a key may be any text, newlines and lone surrogates included.
-        named = ", ".join(quote(k) for k in unknown[:3]) + (
-            f" and {len(unknown) - 3} more" if len(unknown) > 3 else "")
-        raise DeviceListError(f"{where}: unknown keys {named} (known: {', '.join(sorted(keys))})")
+        raise DeviceListError(f"{where}: unknown keys {quote_some(unknown)} "
+                              f"(known: {', '.join(sorted(keys))})")
     return data

@@ -72,6 +72,13 @@ def quote(value: Any, limit: int = QUOTE_LIMIT) -> str:
     return text
 
 
+def quote_some(values: list[Any], shown: int = 3) -> str:
+    """The first ``shown`` values quoted, then how many more: unknown keys of a document, which
+    may be any text (newlines and lone surrogates included) and any number of them."""
+    named = ", ".join(quote(v) for v in values[:shown])
+    return named + (f" and {len(values) - shown} more" if len(values) > shown else "")
+
+
 def _cut_repr(value: str | bytes, limit: int) -> str:
     """The repr of the longest prefix of ``value`` whose repr, quotes aside, fits ``limit``:
     cut between escapes, never inside one."""

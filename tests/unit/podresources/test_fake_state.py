@@ -48,7 +48,7 @@ def test_json_and_an_empty_file_work(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("data, message", [
     ([], "state must be a mapping, not list"),
-    ({"pod": []}, "state: unknown keys pod (known: allocatable, delay, garbage, get, pods)"),
+    ({"pod": []}, "state: unknown keys 'pod' (known: allocatable, delay, garbage, get, pods)"),
     ({"pods": [{"containers": []}]}, "pods[0].name must be a non-empty string, not None"),
     ({"pods": [{"name": "p", "containers": [{"name": "c", "devices": [{"ids": ["x"]}]}]}]},
      "pods[0].containers[0].devices[0].resource must be a non-empty string"),
@@ -59,6 +59,8 @@ def test_json_and_an_empty_file_work(tmp_path: Path) -> None:
     ({"get": "maybe"}, "get must be one of enabled, disabled, unimplemented, not 'maybe'"),
     ({"delay": -1}, "delay must be a number of seconds >= 0"),
     ({"garbage": "yes"}, "garbage must be true or false"),
+    ({"pods": [], "a\nb": 1, "\udc80": 2, "c": 3, "d": 4},
+     r"state: unknown keys 'a\nb', '\udc80', 'c' and 1 more (known: "),
 ])
 def test_bad_states_are_named(data, message) -> None:
     with pytest.raises(FakeStateError) as raised:
