@@ -182,10 +182,11 @@ def test_pods_land_where_the_engine_admits_them_on_the_numa_nodes_it_chose(
 
 # --- (b) a burst of 50 ------------------------------------------------------------------------------
 
-SHAPES = (  # (prefix, cpu, gpus, burstable): 7 shapes, 50 pods; 49 GPUs asked, 28 there
+SHAPES = (  # (prefix, cpu, gpus, burstable): 8 shapes, 50 pods; 43 GPUs asked, 28 there; the
+    # six "wide" pods fit the CPU counts but no NUMA node: the extender must refuse them
     ("g4", "4", 0, False), ("gpu1", "8", 1, False), ("gpu2", "16", 2, False),
     ("gpu4", "24", 4, False), ("big", "48", 0, False), ("burst", None, 0, True),
-    ("be", None, 0, False))
+    ("be", None, 0, False), ("wide", "120", 0, False))
 
 
 def test_a_burst_of_50_pods_over_commits_no_node(extender_lab: ExtenderLab, kube: Kube,
@@ -220,6 +221,8 @@ def test_a_burst_of_50_pods_over_commits_no_node(extender_lab: ExtenderLab, kube
     for name, message in pending.items():
         assert message, f"{name} is pending without a reason"
     by_extender = [n for n, m in pending.items() if "nri-numa:" in m]
+    wide = [n for n in names if "-wide-" in n]
+    assert set(wide) <= set(pending), "a pod no NUMA node can hold was bound"
     assert by_extender, "no pod was refused by the extender: the burst tested nothing"
     assert "refuses pod" not in lab.log_tail(KEEPER, 2000)
     SUMMARY.append(f"scheduler extender burst: 50 pods decided in {took:.1f} s; bound "
