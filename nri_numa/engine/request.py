@@ -215,6 +215,12 @@ class PodRequest:
     def qos(self) -> QosClass:
         return self.qos_override or qos_class(self)
 
+    @cached_property
+    def _totals(self) -> dict[str, Any]:
+        """The pod totals below, each computed once per request: one admission asks for them
+        several times, and the scheduler extender asks every node about the same request."""
+        return {}
+
 
 def qos_class(pod: PodRequest) -> QosClass:
     """The Kubernetes QoS class from CPU and memory of every container (init ones included).
@@ -251,20 +257,29 @@ def pod_guaranteed_cpus(pod: PodRequest) -> int:
     """Exclusive CPUs the pod needs as a whole (pod scope, §4.2); 0 unless Guaranteed."""
     if pod.qos is not QosClass.GUARANTEED:
         return 0
-    return pod_totals(pod, lambda c: {CPU: guaranteed_cpus(pod, c)}).get(CPU, 0)
+    memo = pod._totals
+    if CPU not in memo:
+        memo[CPU] = pod_totals(pod, lambda c: {CPU: guaranteed_cpus(pod, c)}).get(CPU, 0)
+    return memo[CPU]
 
 
 def pod_memory_requests(pod: PodRequest) -> dict[str, int]:
     """The memory manager's pod request (§5.1): per resource name (``memory``,
     ``hugepages-2Mi``, ...); only resources that app containers request appear."""
-    totals = pod_totals(pod, ContainerRequest.memory_requests)
-    asked_by_apps = {res for c in pod.app_containers for res in c.memory_requests()}
-    return {res: amount for res, amount in totals.items() if res in asked_by_apps}
+    memo = pod._totals
+    if MEMORY not in memo:
+        totals = pod_totals(pod, ContainerRequest.memory_requests)
+        asked_by_apps = {res for c in pod.app_containers for res in c.memory_requests()}
+        memo[MEMORY] = {res: amount for res, amount in totals.items() if res in asked_by_apps}
+    return dict(memo[MEMORY])
 
 
 def pod_device_requests(pod: PodRequest) -> dict[str, int]:
     """The device manager's pod request (§6): per device resource, from limits."""
-    return pod_totals(pod, lambda c: c.devices)
+    memo = pod._totals
+    if "devices" not in memo:
+        memo["devices"] = pod_totals(pod, lambda c: c.devices)
+    return dict(memo["devices"])
 
 
 def pod_totals(pod: PodRequest,

@@ -9,14 +9,18 @@ then the CPUs left free (least allocated, the default) or taken (most allocated)
 once more on the chosen node, holds the pod as assumed there, records the NUMA nodes the
 simulation chose on the pod and binds it. Nodes without a publication pass through: kept by
 filter, scored 0 by prioritize, bound without an annotation.
+
+Each node's decisions are kept by pod shape (nri_numa.extender.shapes) while the node's working
+allocations stay the same object: prioritize reuses filter's, and the replicas of a pod reuse
+the first one's, so a Deployment's pods cost one admission per node, not one each.
 """
 
 from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Hashable, Mapping
+from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import Any
 
@@ -25,13 +29,16 @@ from nri_numa.engine.decision import Decision
 from nri_numa.engine.manifest import pod_from_manifest
 from nri_numa.engine.request import PodRequest, RequestError
 from nri_numa.extender.cache import NodeCache
+from nri_numa.extender.shapes import pod_shape
 from nri_numa.safeio.bounds import BoundError
 from nri_numa.topology.cpulist import format_list
 
 MAX_PRIORITY = 10  # extenderv1.MaxExtenderPriority in 1.20
 CHOSEN_NUMA_ANNOTATION = "numa.nri.io/scheduled-numa-nodes"
 MAX_PODS_REMEMBERED = 4096  # filter's pods kept for bind, which names the pod but sends no spec
-MAX_VERDICTS_REMEMBERED = 20_000  # (pod, node) verdicts kept from filter for prioritize
+# Per node, the decisions kept for pod shapes on its current working allocations: filter's for
+# prioritize, and one pod's for its replicas.
+MAX_SHAPES_PER_NODE = 256
 
 
 class Packing(StrEnum):
@@ -74,36 +81,59 @@ class Extender:
         self.binder = binder
         self.packing = Packing(packing)
         self._pods: OrderedDict[str, PodRequest] = OrderedDict()
-        self._verdicts: dict[tuple[str, str], tuple[Any, PodRequest, Verdict]] = {}
+        self._shapes: dict[str, Any] = {}  # pod uid → its shape, for the pods in _pods
+        # node → (the working allocations they were made on, pod shape → decision)
+        self._verdicts: dict[str, tuple[Any, dict[Any, Decision]]] = {}
         self._lock = threading.Lock()
 
     # --- the engine on one node ------------------------------------------------------------
 
     def verdict(self, node: str, pod: PodRequest) -> Verdict:
+        """The node's decision for ``pod`` (None: the node publishes nothing)."""
+        verdict = self._verdict(node, pod, self._shape_of(pod))
+        decision = verdict.decision
+        if decision is not None and decision.pod != pod.uid:
+            return Verdict(node, replace(decision, pod=pod.uid))
+        return verdict
+
+    def _verdict(self, node: str, pod: PodRequest, shape: Hashable) -> Verdict:
+        """``verdict``, but the decision may be one made for a replica of ``pod`` and name
+        that replica's uid: filter and prioritize never read it."""
         entry = self.cache.entry(node)
         if entry is None:
+            if node in self._verdicts:  # a node gone or no longer publishing: forget its own
+                with self._lock:
+                    self._verdicts.pop(node, None)
             return Verdict(node, None)
         if pod.uid in entry.working.pods:  # already sent here: a retried cycle
             return Verdict(node, Decision(pod.uid, "", "", ()))
-        key = (pod.uid, node)
+        # The node's answer for a pod of this shape stands while its working allocations are
+        # the very object it was made from (nri_numa.extender.shapes says why the uid does not
+        # matter): prioritize after filter, and the replicas of a pod, reuse it.
         with self._lock:
-            memo = self._verdicts.get(key)
-        # prioritize follows filter with the same pod: its verdict stands while the node's
-        # working allocations and the pod are the very objects it was made from.
-        if memo is not None and memo[0] is entry.working and memo[1] == pod:
-            return memo[2]
-        verdict = Verdict(node, admit(entry.ctx, entry.working, pod).decision)
+            made_on, decisions = self._verdicts.get(node, (None, None))
+            decision = decisions.get(shape) if made_on is entry.working else None
+        if decision is not None:
+            return Verdict(node, decision)
+        decision = admit(entry.ctx, entry.working, pod).decision
         with self._lock:
-            if len(self._verdicts) >= MAX_VERDICTS_REMEMBERED:
-                self._verdicts.clear()
-            self._verdicts[key] = (entry.working, pod, verdict)
-        return verdict
+            made_on, decisions = self._verdicts.get(node, (None, None))
+            if made_on is not entry.working or len(decisions) >= MAX_SHAPES_PER_NODE:
+                made_on, decisions = entry.working, {}
+                self._verdicts[node] = (made_on, decisions)
+            decisions[shape] = decision
+        return Verdict(node, decision)
+
+    def _shape_of(self, pod: PodRequest) -> Hashable:
+        with self._lock:
+            shape = self._shapes.get(pod.uid) if self._pods.get(pod.uid) is pod else None
+        return pod_shape(pod) if shape is None else shape
 
     # --- verbs -----------------------------------------------------------------------------
 
     def filter(self, args: Any) -> dict[str, Any]:
         try:
-            pod, names = self._read(args)
+            pod, names, shape = self._read(args)
         except VerbError as e:
             return {"NodeNames": None, "FailedNodes": {}, "Error": str(e)}
         kept, failed = [], {}
@@ -111,7 +141,7 @@ class Extender:
             if (problem := self.cache.problem(name)) is not None:
                 failed[name] = problem
                 continue
-            verdict = self.verdict(name, pod)
+            verdict = self._verdict(name, pod, shape)
             if verdict.admitted:
                 kept.append(name)
             else:
@@ -120,10 +150,11 @@ class Extender:
 
     def prioritize(self, args: Any) -> list[dict[str, Any]]:
         try:
-            pod, names = self._read(args)
+            pod, names, shape = self._read(args)
         except VerbError:
             return []
-        return [{"Host": name, "Score": self.score(self.verdict(name, pod))} for name in names]
+        return [{"Host": name, "Score": self.score(self._verdict(name, pod, shape))}
+                for name in names]
 
     def score(self, verdict: Verdict) -> int:
         if verdict.decision is None or not verdict.decision.admitted:
@@ -164,7 +195,7 @@ class Extender:
 
     # --- reading ExtenderArgs ----------------------------------------------------------------
 
-    def _read(self, args: Any) -> tuple[PodRequest, list[str]]:
+    def _read(self, args: Any) -> tuple[PodRequest, list[str], Hashable]:
         if not isinstance(args, Mapping):
             raise VerbError("the request must be a JSON object (ExtenderArgs)")
         names = args.get("NodeNames")
@@ -177,9 +208,11 @@ class Extender:
             pod = pod_from_manifest(args.get("Pod"))
         except (RequestError, BoundError, ValueError) as e:
             raise VerbError(f"Pod: {' '.join(str(e).split())[:300]}") from None
+        shape = pod_shape(pod)  # once per call, not per node
         with self._lock:
             self._pods[pod.uid] = pod
+            self._shapes[pod.uid] = shape
             self._pods.move_to_end(pod.uid)
             while len(self._pods) > MAX_PODS_REMEMBERED:
-                self._pods.popitem(last=False)
-        return pod, names
+                self._shapes.pop(self._pods.popitem(last=False)[0], None)
+        return pod, names, shape
