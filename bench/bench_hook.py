@@ -3,18 +3,23 @@
 Run from the repository root:
     .venv/bin/python -m bench.bench_hook [--runs N] [--preset NAME] [--containers N]
 
-Each run execs the installed ``nri-numa`` entry point (what config.json and hooks.d name) with an
-OCI state on stdin: ``hook createRuntime`` for a new container asking for one exclusive CPU,
-then ``hook poststop`` for it. The host is a fake one (tests/integration/hook/fake_host.py: a
-cgroup v1 tree and a /proc on tmpfs), so the figure is the hook's own cost, not runc's, and the
-bench needs neither root nor a runtime. The ledger already holds ``--containers`` placed
-containers (half exclusive, half shared, the shared ones moved by every run), and the machine is
-a synthetic preset given with ``--topology`` as the hook's installation would. Alongside: the
-interpreter's own start (``python -c pass`` and ``python -I -S -c pass``, no site and no user
-paths: the floor of any Python client; both the venv's interpreter, named by its path: a
-``python3`` found on PATH may be a shim, pyenv's costs 100 ms) and the import of the hook's modules, which bound what the hook itself can save. Every series runs twice: hooks in process, then with
-``nri-numa hook-daemon`` running (started here), where the hook process only forwards its run.
-Target, with the daemon: p50 of createRuntime ≤ 120 ms over ≥ 50 runs.
+Five series, interleaved round by round so that the load of the moment weighs on all alike:
+
+* ``python -c pass`` and ``python -I -S -c pass``: the interpreter's own start, with and without
+  ``site`` (the floor of any Python client), the venv's interpreter by its path (a ``python3``
+  on PATH may be a shim: pyenv's costs 100 ms);
+* the fast client (``python -I -S nri_numa/hook/fast_client.py``, what the shipped hooks.d files
+  and runc example run) with ``nri-numa hook-daemon`` running;
+* the installed ``nri-numa hook`` with the same daemon running (the client before the fast path);
+* the fast client with no daemon: it execs ``nri-numa hook``, which runs the stage in process.
+
+Each hook run is ``createRuntime`` of a new container asking for one exclusive CPU, then its
+``poststop``, on a fake host (tests/integration/hook/fake_host.py: a cgroup v1 tree and a /proc on
+tmpfs), so the figure is the hook's own cost, not runc's, and the bench needs neither root nor a
+runtime. Each ledger already holds ``--containers`` placed containers (half exclusive, half
+shared, the shared ones moved by every run) on a synthetic preset given with ``--topology``, as
+the hook's installation would. Targets: createRuntime p50 ≤ 20 ms through the fast client with
+the daemon, ≤ 100 ms in process.
 """
 
 from __future__ import annotations
@@ -28,21 +33,23 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from nri_numa.topology.synthetic import preset_topology
 from tests.integration.hook.fake_host import FakeHost, oci_state, topology_file, write_bundle
 
-TARGET_P50_MS = 120.0
+TARGET_DAEMON_MS = 20.0
+TARGET_IN_PROCESS_MS = 100.0
 REPO = Path(__file__).resolve().parents[1]
+FAST_CLIENT = REPO / "nri_numa" / "hook" / "fast_client.py"
 
 
 @dataclass(frozen=True)
 class Run:
     wall_ms: float
     cpu_ms: float  # the child's user + system time
-    done: subprocess.CompletedProcess
 
 
 def timed(command: list[str], stdin: bytes = b"") -> Run:
@@ -52,8 +59,49 @@ def timed(command: list[str], stdin: bytes = b"") -> Run:
     done = subprocess.run(command, input=stdin, capture_output=True, cwd=REPO)
     wall = (time.perf_counter() - started) * 1000
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if done.returncode != 0:
+        raise SystemExit(f"{' '.join(command[:4])} … failed: {done.stderr.decode().strip()}")
     cpu = (after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime) * 1000
-    return Run(wall, cpu, done)
+    return Run(wall, cpu)
+
+
+@dataclass
+class Bench:
+    """One fake host and state folder; its hook runs place and release containers there."""
+
+    host: FakeHost
+    common: list[str]  # the hook's options for this folder
+    state: Path
+    next_pid: int
+
+    def cycle(self, command: list[str]) -> tuple[Run, Run]:
+        """createRuntime of a new container with one exclusive CPU, then its poststop."""
+        pid = self.next_pid
+        self.next_pid += 1
+        cid = f"c{pid}"
+        bundle = write_bundle(self.host.base, cid, 1)
+        self.host.start(pid, f"/pods/{cid}")
+        create = timed([*command, "createRuntime", *self.common], oci_state(cid, pid, bundle))
+        self.host.stop(pid)
+        stop = timed([*command, "poststop", *self.common], oci_state(cid, None, self.host.base))
+        return create, stop
+
+    def place_background(self, command: list[str], count: int) -> None:
+        for i in range(count):
+            pid = self.next_pid + 50_000 + i
+            cid = f"bg{pid}"
+            bundle = write_bundle(self.host.base, cid, 1 if i % 2 == 0 else 0)
+            self.host.start(pid, f"/pods/{cid}")
+            timed([*command, "createRuntime", *self.common], oci_state(cid, pid, bundle))
+
+
+def make_bench(base: Path, topology, config: Path, topo_file: Path, first_pid: int) -> Bench:
+    host = FakeHost(base / "host", 1, topology.online_cpus)
+    state = base / "state"
+    common = ["--state-dir", str(state), "--config", str(config), "--topology", str(topo_file),
+              "--cgroup-root", str(host.cgroup_root), "--proc-root", str(host.proc),
+              "--timeout", "30"]
+    return Bench(host, common, state, first_pid)
 
 
 def start_daemon(hook: Path, served: list[str], state: Path) -> subprocess.Popen:
@@ -68,93 +116,90 @@ def start_daemon(hook: Path, served: list[str], state: Path) -> subprocess.Popen
     return daemon
 
 
-def summary(name: str, runs: list[Run]) -> str:
-    walls = sorted(r.wall_ms for r in runs)
-    p90 = walls[int(0.9 * (len(walls) - 1))]
+def p90(values: list[float]) -> float:
+    ordered = sorted(values)
+    return ordered[int(0.9 * (len(ordered) - 1))]
+
+
+def row(name: str, runs: list[Run], floor: float) -> str:
+    walls = [r.wall_ms for r in runs]
+    p50 = statistics.median(walls)
     cpu = statistics.median(r.cpu_ms for r in runs)
-    return (f"  {name:34} p50 {statistics.median(walls):6.1f} ms   p90 {p90:6.1f} ms   "
-            f"max {walls[-1]:6.1f} ms   CPU p50 {cpu:6.1f} ms   ({len(runs)} runs)")
+    return (f"| {name} | {p50:.1f} | {p90(walls):.1f} | {cpu:.1f} | {p50 / floor:.2f} |")
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--runs", type=int, default=60, help="at least 50 (default 60)")
+    parser.add_argument("--runs", type=int, default=40, help="rounds, at least 30 (default 40)")
     parser.add_argument("--preset", default="dgx-h100", help="the machine (default dgx-h100)")
     parser.add_argument("--containers", type=int, default=40,
-                        help="containers already placed (default 40)")
+                        help="containers already placed in each ledger (default 40)")
     args = parser.parse_args()
-    if args.runs < 50:
-        parser.error("--runs must be at least 50")
+    if args.runs < 30:
+        parser.error("--runs must be at least 30")
     hook = Path(sys.executable).with_name("nri-numa")
     if not os.access(hook, os.X_OK):
         print(f"{hook} is missing: install the package (scripts/setup)", file=sys.stderr)
         return 1
+    python = sys.executable
+    fast = [python, "-I", "-S", str(FAST_CLIENT)]
+    old = [str(hook), "hook"]
     topology = preset_topology(args.preset)
     scratch = "/dev/shm" if os.access("/dev/shm", os.W_OK) else None
+    load_before = os.getloadavg()
     with tempfile.TemporaryDirectory(prefix="nri-numa-bench-hook-", dir=scratch) as tmp:
         base = Path(tmp)
-        host = FakeHost(base / "host", 1, topology.online_cpus)
         config = base / "config.json"
         config.write_text(json.dumps({"cpuManagerPolicy": "static", "reservedSystemCPUs": "0",
                                       "topologyManagerPolicy": "single-numa-node"}))
-        common = ["--state-dir", str(base / "state"), "--config", str(config),
-                  "--topology", str(topology_file(base, topology)),
-                  "--cgroup-root", str(host.cgroup_root), "--proc-root", str(host.proc)]
-
-        def create(cid: str, pid: int, cpus: int) -> Run:
-            bundle = write_bundle(base, cid, cpus)
-            host.start(pid, f"/pods/{cid}")
-            return timed([str(hook), "hook", "createRuntime", *common],
-                         oci_state(cid, pid, bundle))
-
-        def series(name: str, first_pid: int) -> tuple[list[Run], list[Run]] | None:
-            creates, stops = [], []
-            for i in range(args.runs):
-                creates.append(create(f"{name}{i}", first_pid + i, 1))
-                host.stop(first_pid + i)
-                stops.append(timed([str(hook), "hook", "poststop", *common],
-                                   oci_state(f"{name}{i}", None, base)))
-                failed = [r for r in (creates[-1], stops[-1]) if r.done.returncode != 0]
-                if failed:
-                    print(f"{name} run {i} failed: {failed[0].done.stderr.decode()}")
-                    return None
-            return creates, stops
-
-        for i in range(args.containers):
-            run = create(f"bg{i}", 10_000 + i, 1 if i % 2 == 0 else 0)
-            if run.done.returncode != 0:
-                print(f"placing background container {i} failed: {run.done.stderr.decode()}")
-                return 1
-        in_process = series("run", 20_000)
-        daemon = start_daemon(hook, common[:6], base / "state")
+        topo_file = topology_file(base, topology)
+        served = make_bench(base / "served", topology, config, topo_file, 10_000)
+        alone = make_bench(base / "alone", topology, config, topo_file, 200_000)
+        daemon = start_daemon(hook, served.common[:6], served.state)
         try:
-            served = series("served", 30_000)
+            served.place_background(fast, args.containers)
+            alone.place_background(fast, args.containers)
+            series: dict[str, Callable[[], tuple[Run, Run] | Run]] = {
+                "python -c pass": lambda: timed([python, "-c", "pass"]),
+                "python -I -S -c pass": lambda: timed([python, "-I", "-S", "-c", "pass"]),
+                "fast client, daemon": lambda: served.cycle(fast),
+                "nri-numa hook, daemon": lambda: served.cycle(old),
+                "fast client, no daemon (in process)": lambda: alone.cycle(fast),
+            }
+            results: dict[str, list] = {name: [] for name in series}
+            names = list(series)
+            for i in range(args.runs):
+                for name in names[i % len(names):] + names[:i % len(names)]:  # rotate the order
+                    results[name].append(series[name]())
         finally:
             daemon.terminate()
             daemon.wait(10)
-        if in_process is None or served is None:
-            return 1
-        bare = [timed([sys.executable, "-c", "pass"]) for _ in range(20)]
-        isolated = [timed([sys.executable, "-I", "-S", "-c", "pass"]) for _ in range(20)]
-        imports = [timed([sys.executable, "-c", "import nri_numa.hook.stages, nri_numa.cli"])
-                   for _ in range(20)]
-    p50 = statistics.median(r.wall_ms for r in served[0])
+    load_after = os.getloadavg()
+    floor = statistics.median(r.wall_ms for r in results["python -I -S -c pass"])
     print(f"nri-numa hook process wall time on {args.preset} ({len(topology.cpus)} CPUs), "
-          f"{args.containers} containers already placed, fake cgroup v1 tree on "
-          f"{scratch or tempfile.gettempdir()}, CPUs here: {os.cpu_count()}")
-    print(summary("createRuntime (1 exclusive CPU)", in_process[0]))
-    print(summary("poststop", in_process[1]))
-    print(summary("hook-daemon running: createRuntime", served[0]))
-    print(summary("hook-daemon running: poststop", served[1]))
-    print(summary("python -c pass", bare))
-    print(summary("python -I -S -c pass", isolated))
-    print(summary("python: import the hook's modules", imports))
-    print(f"  load average now: {' '.join(f'{x:.2f}' for x in os.getloadavg())} (wall times "
-          "grow with it; the CPU times much less)")
-    passed = p50 <= TARGET_P50_MS
-    print(f"  target (hook-daemon running): createRuntime p50 <= {TARGET_P50_MS:.0f} ms: "
-          f"{'PASS' if passed else 'FAIL'}")
-    return 0 if passed else 1
+          f"{args.containers} containers already placed in each ledger, fake cgroup v1 tree on "
+          f"{scratch or tempfile.gettempdir()}, CPUs here: {os.cpu_count()}, {args.runs} rounds "
+          "interleaved")
+    print("| series | p50 ms | p90 ms | CPU p50 ms | p50 / `-I -S -c pass` |")
+    print("|---|---|---|---|---|")
+    for name, runs in results.items():
+        if isinstance(runs[0], Run):
+            print(row(name, runs, floor))
+            continue
+        print(row(f"{name}: createRuntime", [c for c, _ in runs], floor))
+        print(row(f"{name}: poststop", [s for _, s in runs], floor))
+    print(f"load average before {' '.join(f'{x:.2f}' for x in load_before)}, after "
+          f"{' '.join(f'{x:.2f}' for x in load_after)} (wall times grow with it; the CPU times "
+          "much less)")
+    verdicts = []
+    for name, target in (("fast client, daemon", TARGET_DAEMON_MS),
+                         ("fast client, no daemon (in process)", TARGET_IN_PROCESS_MS)):
+        p50 = statistics.median(c.wall_ms for c, _ in results[name])
+        passed = p50 <= target
+        verdicts.append(passed)
+        print(f"target: {name}: createRuntime p50 {p50:.1f} <= {target:.0f} ms: "
+              f"{'PASS' if passed else 'FAIL'}")
+    return 0 if all(verdicts) else 1
 
 
 if __name__ == "__main__":
