@@ -76,8 +76,10 @@ APISERVER_READY_S = 120.0
 NODE_READY_S = 180.0
 STOP_TIMEOUT_S = 15.0
 # The order of the tear-down: the kubelet first, so that it restarts nothing; etcd last.
-STOP_ORDER = ("kubelet", DEVICE_PLUGIN, "kube-scheduler", "kube-controller-manager", "nri-numa", "containerd",
-              "kube-apiserver", "etcd")
+# nri-numa-extender and virtual-nodes: tests/e2e_k8s/extender_lab.py (the keeper deletes its
+# nodes as it stops, so it goes while the apiserver still answers).
+STOP_ORDER = ("kubelet", DEVICE_PLUGIN, "kube-scheduler", "nri-numa-extender", "virtual-nodes",
+              "kube-controller-manager", "nri-numa", "containerd", "kube-apiserver", "etcd")
 
 Progress = Callable[[str], None]
 
@@ -660,10 +662,12 @@ class Lab:
 
 # --- command line (scripts/k8s-lab) --------------------------------------------------------------
 
-USAGE = """usage: scripts/k8s-lab build | up DIR | down DIR
+USAGE = """usage: scripts/k8s-lab build | up DIR [--scheduler-extender] | down DIR
   build     build Kubernetes v1.20.2 and fetch etcd into the machine-wide cache (scripts/k8s-deps)
   up DIR    start the one-node cluster with nri-numa in DIR (a short path: sockets live there);
             then `. DIR/env` and use kubectl
+            --scheduler-extender: and four virtual nodes (two dgx-h100, an amd-epyc-2s-nps4, a
+            gb200), with kube-scheduler asking nri-numa's scheduler extender about every pod
   down DIR  stop it and undo everything it did to the machine (DIR/logs stays)"""
 
 
@@ -678,7 +682,8 @@ def _interrupt(signum: int, frame: object) -> None:
 def main(argv: list[str]) -> int:
     if len(argv) == 1 and argv[0] == "build":
         return subprocess.run([str(K8S_DEPS)], check=False).returncode
-    if len(argv) != 2 or argv[0] not in ("up", "down"):
+    extender = argv[2:] == ["--scheduler-extender"] and argv[0] == "up"
+    if len(argv) != 2 + extender or argv[0] not in ("up", "down"):
         print(USAGE, file=sys.stderr)
         return 2
     lab = Lab(Path(argv[1]))
@@ -701,6 +706,8 @@ def main(argv: list[str]) -> int:
             _say("fetching the container runtimes (scripts/e2e-deps)")
             runtimes = ensure_runtimes()
         took = lab.up(binaries, runtimes.containerd[CONTAINERD_VERSION], runtimes.busybox, _say)
+        if extender:
+            _start_extender(lab, binaries)
     except (LabUnavailable, LabFailed, RuntimesUnavailable) as exc:
         _say(f"failed: {exc}")
         return 1
@@ -710,8 +717,23 @@ def main(argv: list[str]) -> int:
     _say(f"up in {took:.1f} s. Logs: {lab.logs}/. Try:\n"
          f"  . {lab.env_file}\n  kubectl get nodes\n"
          f"  kubectl run be --image=$NRI_NUMA_LAB_IMAGE --image-pull-policy=Never\n"
-         f"Tear down: scripts/k8s-lab down {lab.folder}")
+         + ("Pods for the virtual nodes tolerate the taint numa.nri.io/virtual-node "
+            "(docs/scheduler-extender.md).\n" if extender else "")
+         + f"Tear down: scripts/k8s-lab down {lab.folder}")
     return 0
+
+
+def _start_extender(lab: Lab, binaries: K8sBinaries) -> None:
+    from tests.e2e_k8s.extender_lab import ExtenderLab  # it imports this module
+
+    _say("starting four virtual nodes and nri-numa scheduler-extender, then kube-scheduler "
+         "again with the extender")
+    try:
+        ExtenderLab(lab, lab.kube(binaries)).up()
+    except BaseException:
+        _say("the extender did not come up: tearing the lab down")
+        lab.down()
+        raise
 
 
 if __name__ == "__main__":
