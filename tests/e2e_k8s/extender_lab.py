@@ -1,6 +1,6 @@
 """The lab's kube-scheduler with nri-numa's scheduler extender, over the lab's real node and a few
-virtual nodes (tests/e2e_k8s/test_scheduler_extender.py; docs/scheduler-extender.md has this
-as its worked example).
+virtual nodes (tests/e2e_k8s/test_scheduler_extender.py, and `scripts/k8s-lab up DIR
+--scheduler-extender`; docs/scheduler-extender.md has this as its worked example).
 
 `ExtenderLab(lab).up()` starts, as processes of the lab (logs in ``<folder>/logs``):
 
