@@ -28,11 +28,24 @@ def admit_containers(run: ScopeRun, allocs: Allocations, pod: PodRequest,
         allocs = allocs.with_pod(pod.uid, replace(allocs.pod(pod.uid), pod_hint=hint))
     else:
         hint = kept
+        if run.within is not None and _outside(run, kept):
+            nodes = ",".join(map(str, sorted(kept.affinity)))
+            raise Refused(containers[0].name if containers else None, "TopologyAffinityError",
+                          f"the pod's NUMA nodes {{{nodes}}} were chosen at an earlier "
+                          "container")
     for container in containers:
         if kept is not None and run.policy in _ALIGNMENT_REQUIRED:
             _check_fits(run, allocs, pod, container, kept)
         allocs = run.place(allocs, pod, container, hint)
     return allocs
+
+
+def _outside(run: ScopeRun, kept: Hint) -> bool:
+    """Whether the pod's kept hint lies outside ``run.within`` for a reason other than that
+    nothing asked for alignment (which merges to every node, preferred)."""
+    if kept.affinity is None or kept.affinity <= run.within:
+        return False
+    return not (kept.preferred and kept.affinity == run.ctx.machine_merge.default_affinity)
 
 
 def _check_fits(run: ScopeRun, allocs: Allocations, pod: PodRequest,

@@ -153,3 +153,25 @@ def test_preferred_numa_must_name_node_ids():
     for bad in (set(), {-1}, {True}, {70000}, "1"):
         with pytest.raises(RequestError, match="preferred_numa"):
             PodRequest(uid="u", namespace="n", name="p", preferred_numa=bad)
+
+
+def test_under_pod_scope_a_later_container_follows_the_pods_nodes_and_says_so():
+    """Containers come one at a time (NRI): the first decides the pod's NUMA nodes; a later
+    one lands there, and when those are not the scheduler's, its decision says so too."""
+    ctx = ctx_for("restricted", topologyManagerScope="pod")
+    full = admit(ctx, ctx.empty_allocations(),
+                 replace(guaranteed_pod("big", "4"), preferred_numa={1})).allocations
+    first = pod("p", container("a", "1"))
+    result = admit(ctx, full, replace(first, preferred_numa={1}), ["a"])
+    assert not result.decision.preferred_numa.honoured
+    assert result.decision.placements[0].cpus <= {1, 2, 3}
+    both = pod("p", container("a", "1"), container("b", "1"))
+    later = admit(ctx, result.allocations, replace(both, preferred_numa={1}), ["b"]).decision
+    assert later.admitted and later.placements[0].cpus <= {1, 2, 3}
+    assert not later.preferred_numa.honoured
+    assert "the pod's NUMA nodes {0} were chosen at an earlier container" in \
+        later.preferred_numa.stale_because
+    # A pod whose nodes are the scheduler's: every later container is honoured.
+    ok = admit(ctx, ctx.empty_allocations(), replace(first, preferred_numa={1}), ["a"])
+    again = admit(ctx, ok.allocations, replace(both, preferred_numa={1}), ["b"]).decision
+    assert again.preferred_numa.honoured and again.placements[0].cpus <= {4, 5, 6, 7}
