@@ -137,7 +137,7 @@ def _write_changed(cgroup: ContainerCgroup, folder: str, name: str,
     if _read_raw(path).strip() == text.encode():
         return 0
     _write(path, text)
-    _check(cgroup, name, value, _read_list(path))
+    _check(cgroup, name, value, _read_list(path, expect=value))
     return 1
 
 
