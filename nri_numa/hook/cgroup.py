@@ -107,9 +107,9 @@ def write_cpuset(cgroup: ContainerCgroup, cpus: frozenset[int],
                  mems: frozenset[int] | None) -> int:
     """Give the cgroup ``cpuset.mems`` (unless None) then ``cpuset.cpus``, read both back with
     their effective values, and raise CgroupError unless they are exactly what was asked. A file
-    that already holds its value is not written: under a burst most shared containers are on the
-    pool already, and each write makes the kernel walk the cgroup's tasks. Returns how many
-    files were written. The cgroup was checked when ``locate`` found it."""
+    that already holds its value (a stage run twice, memory nodes that stay, a pool a container
+    was given already) is not written: each write makes the kernel walk the cgroup's tasks.
+    Returns how many files were written. The cgroup was checked when ``locate`` found it."""
     if not cpus:
         raise CgroupError(f"refusing to give cgroup {cgroup.path} an empty CPU set")
     folder = f"{cgroup.hierarchy}/{cgroup.path.lstrip('/')}"  # cgroup.dir, without pathlib
