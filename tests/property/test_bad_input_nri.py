@@ -27,8 +27,12 @@ CPUSETS = st.one_of(UTF8, st.sampled_from(["0-4294967295", "0-65535," * 5000, "0
                                            "1_0", "١", "0-7:2", "0-65535,0-65535"]))
 ANNOTATION_KEYS = st.sampled_from(["numa.nri.io/topology-policy", "numa.nri.io/topology-scope",
                                    "numa.nri.io/devices", "numa.nri.io/devices.c",
-                                   "numa.nri.io/x", "other"])
-ANNOTATIONS = st.dictionaries(st.one_of(ANNOTATION_KEYS, UTF8), UTF8, max_size=3)
+                                   "numa.nri.io/scheduled-numa-nodes", "numa.nri.io/x",
+                                   "other"])
+# Values a scheduled-numa-nodes annotation might hold, good and bad, beside any text.
+NUMA_LISTS = st.sampled_from(["1", "0-1", "0,1", "5", "", "0-65535", "1,,x", "9" * 5000, "١"])
+ANNOTATIONS = st.dictionaries(st.one_of(ANNOTATION_KEYS, UTF8), st.one_of(UTF8, NUMA_LISTS),
+                              max_size=3)
 
 
 def set_id(c: api.Container, v: str) -> None:
