@@ -201,8 +201,8 @@ def test_bad_process_entries_are_named(raw, named):
 
 
 def test_the_schedulers_numa_nodes_are_honoured_and_a_bad_value_is_a_warning(ctx, caplog):
-    """numa.nri.io/scheduled-numa-nodes reaches the hook where the runtime copies pod
-    annotations into the spec (containerd's pod_annotations, CRI-O)."""
+    """numa.nri.io/scheduled-numa-nodes reaches the hook where the runtime copies the pod's
+    annotations into the container's spec (containerd's pod_annotations setting)."""
     node_1 = next(n.cpus for n in ctx.topology.numa_nodes if n.id == 1)
     book = fresh(ctx)
     chosen = book.admit(container("a", cpus=2, **{"numa.nri.io/scheduled-numa-nodes": "1"}))
