@@ -19,7 +19,8 @@ from contextlib import contextmanager
 from nri_numa.engine.allocations import Allocations
 from nri_numa.engine.context import EngineContext
 from nri_numa.nri.decision_log import log
-from nri_numa.nri.records import ContainerTable, Records, TrackedDict, on_the_pool
+from nri_numa.nri.record_tables import ContainerTable, TrackedDict
+from nri_numa.nri.records import Records, on_the_pool
 from nri_numa.nri.session import PluginError
 from nri_numa.state.checkpoint import CheckpointError, CheckpointStore
 from nri_numa.state.encoding import (Encoded, LedgerEncoder, RecordsEncoder, blocks_value,

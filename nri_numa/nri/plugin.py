@@ -138,10 +138,14 @@ class NumaPlugin:
             with self._lock, self._transaction():
                 placement = self._admit(container)
                 adjust = self._adjustment(placement, container)
-                updates = self._records.shared_updates(skip=container.id)
+                # The other shared containers' moves, already encoded: parsed in one call.
+                updates = self._records.shared_updates_wire(
+                    api.CreateContainerResponse.UPDATE_FIELD_NUMBER, skip=container.id)
                 self._starts.created(container.id, Cpuset(placement.cpus, placement.mems))
                 self._starts.cgroup_of(container.id, req.container.linux.cgroups_path)
-        return api.CreateContainerResponse(adjust=adjust, update=updates)
+        reply = api.CreateContainerResponse(adjust=adjust)
+        reply.MergeFromString(updates)
+        return reply
 
     def update_container(self, req: api.UpdateContainerRequest) -> api.UpdateContainerResponse:
         """An update of a running container's resources: an in-place resize when its CPU or

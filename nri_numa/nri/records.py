@@ -17,6 +17,7 @@ from nri_numa.engine.decision import Placement
 from nri_numa.engine.request import ContainerRequest
 from nri_numa.nri import translate
 from nri_numa.nri.pb import api_pb2 as api
+from nri_numa.nri.record_tables import ContainerTable, TrackedDict, Undo
 from nri_numa.state.ledger import Ledger
 from nri_numa.state.plugin_records import ContainerRecord, PodRecord
 
@@ -33,103 +34,17 @@ def on_the_pool(containers: Mapping[str, ContainerRecord]) -> dict[str, Containe
             for key, c in containers.items()}
 
 
-class TrackedDict(dict):
-    """A dict that notes the keys changed since the journal last wrote it (``changed``, in the
-    order the changes leave the dict in): an event's record holds those keys only. A key maps
-    to True when it was deleted at some point (replay then deletes before setting it, so that
-    it lands at the end, as here)."""
-
-    __slots__ = ("changed",)
-
-    def __init__(self, items: Mapping | None = None, changed: dict | None = None) -> None:
-        super().__init__(items or {})
-        self.changed: dict[str, bool] = dict(changed or {})
-
-    def __setitem__(self, key: str, value: object) -> None:
-        if key in self:
-            self.changed.setdefault(key, False)
-        else:  # lands at the end: so does its change
-            self.changed[key] = self.changed.pop(key, False)
-        dict.__setitem__(self, key, value)
-
-    def __delitem__(self, key: str) -> None:
-        dict.__delitem__(self, key)
-        self.changed.pop(key, None)
-        self.changed[key] = True
-
-    def pop(self, key: str, *default: object) -> object:  # type: ignore[override]
-        if key in self:
-            value = dict.__getitem__(self, key)
-            del self[key]
-            return value
-        return dict.pop(self, key, *default)
-
-    def clear(self) -> None:
-        for key in list(self):
-            del self[key]
-
-    def _refused(self, *args: object, **kwargs: object) -> None:
-        raise TypeError("change a TrackedDict key by key: the journal must see every change")
-
-    update = setdefault = popitem = _refused  # type: ignore[assignment]
-
-
-class ContainerTable(TrackedDict):
-    """The container records by id, indexed by sandbox and by pod uid (creation order within
-    each), so that an event looks at its own pod's containers only."""
-
-    __slots__ = ("by_sandbox", "by_uid")
-
-    def __init__(self, items: Mapping[str, ContainerRecord] | None = None,
-                 changed: dict | None = None) -> None:
-        super().__init__(items, changed)
-        self.by_sandbox: dict[str, dict[str, None]] = {}
-        self.by_uid: dict[str, dict[str, None]] = {}
-        for record in self.values():
-            self._index(record)
-
-    def __setitem__(self, key: str, value: ContainerRecord) -> None:
-        old = self.get(key)
-        if old is not None and (old.sandbox_id, old.pod_uid) != (value.sandbox_id,
-                                                                  value.pod_uid):
-            self._unindex(old)
-            old = None
-        super().__setitem__(key, value)
-        if old is None:
-            self._index(value)
-
-    def __delitem__(self, key: str) -> None:
-        record = self[key]
-        super().__delitem__(key)
-        self._unindex(record)
-
-    def _index(self, record: ContainerRecord) -> None:
-        self.by_sandbox.setdefault(record.sandbox_id, {})[record.id] = None
-        self.by_uid.setdefault(record.pod_uid, {})[record.id] = None
-
-    def _unindex(self, record: ContainerRecord) -> None:
-        for index, key in ((self.by_sandbox, record.sandbox_id), (self.by_uid, record.pod_uid)):
-            ids = index.get(key)
-            if ids is not None:
-                ids.pop(record.id, None)
-                if not ids:
-                    del index[key]
-
-    def of_sandbox(self, sandbox_id: str) -> list[ContainerRecord]:
-        return [self[i] for i in self.by_sandbox.get(sandbox_id, ())]
-
-
 @dataclass(frozen=True)
 class Snapshot:
-    """The records as they were, to go back to when an event does not commit."""
+    """The records as they were, to go back to when an event does not commit: the tables
+    keep what the event changes (record_tables.Undo), so taking one costs nothing per
+    container."""
 
     ledger: Ledger
     allocations: Allocations
     touched: frozenset[str]
-    pods: dict[str, PodRecord]
-    pods_changed: dict[str, bool]
-    containers: dict[str, ContainerRecord]
-    containers_changed: dict[str, bool]
+    pods: Undo
+    containers: Undo
     pool_sent: frozenset[int]
 
 
@@ -159,15 +74,14 @@ class Records:
 
     def snapshot(self) -> Snapshot:
         ledger = self.ledger
-        return Snapshot(ledger, ledger.allocations, frozenset(ledger.touched), dict(self.pods),
-                        dict(self.pods.changed), dict(self.containers),
-                        dict(self.containers.changed), self.pool_sent)
+        return Snapshot(ledger, ledger.allocations, frozenset(ledger.touched), self.pods.begin(),
+                        self.containers.begin(), self.pool_sent)
 
     def roll_back(self, snapshot: Snapshot) -> None:
         self.ledger = snapshot.ledger
         self.ledger.reset(snapshot.allocations, set(snapshot.touched))
-        self.pods = TrackedDict(snapshot.pods, snapshot.pods_changed)
-        self.containers = ContainerTable(snapshot.containers, snapshot.containers_changed)
+        self.pods.roll_back(snapshot.pods)
+        self.containers.roll_back(snapshot.containers)
         self.pool_sent = snapshot.pool_sent
 
     def saved(self) -> None:
@@ -256,23 +170,22 @@ class Records:
     def shared_updates(self, skip: str | None = None) -> list[api.ContainerUpdate]:
         """When the pool moved since the shared containers were last sent it: the new pool for
         every shared container we manage (but ``skip``, whose own answer carries it)."""
+        wire = self.shared_updates_wire(1, skip)
+        return list(api.UpdateContainersRequest.FromString(wire).update) if wire else []
+
+    def shared_updates_wire(self, field: int, skip: str | None = None) -> bytes:
+        """``shared_updates`` as the protobuf encoding of a repeated ``ContainerUpdate`` field
+        number ``field``, for a reply to parse in one call: a thousand shared containers are a
+        thousand updates, which built one message at a time took milliseconds."""
         shared, sent = self.shared, self.pool_sent
         # ``is`` first: two equal frozensets compare member by member.
         if shared is sent or shared == sent:
-            return []
+            return b""
         self.pool_sent = shared
-        moving = [r.id for r in self.containers.values() if not r.exclusive and r.id != skip]
-        if not moving:
-            return []
-        # One message built, the others copied from it (in C) with their own container id.
-        template = translate.cpuset_update(moving[0], shared)
-        updates = []
-        for container_id in moving:
-            update = api.ContainerUpdate()
-            update.CopyFrom(template)
-            update.container_id = container_id
-            updates.append(update)
-        return updates
+        ids = self.containers.shared_ids
+        if not ids or (skip is not None and len(ids) == 1 and skip in ids):
+            return b""
+        return translate.updates_wire(field, [i for i in ids if i != skip], shared)
 
     def move(self, record: ContainerRecord, cpus: frozenset[int]) -> None:
         """An exclusive container's record, now on ``cpus``; a shared one follows the pool

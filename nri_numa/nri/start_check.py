@@ -27,6 +27,7 @@ from pathlib import Path
 
 from nri_numa.runtime.cpuset_cgroups import (CpusetTree, cgroup_path_of, find_cpuset_tree,
                                              read_cgroup)
+from nri_numa.topology.cpulist import format_cached
 
 CpuSet = frozenset[int]
 
@@ -43,11 +44,14 @@ class StartCheck:
     def __init__(self, cgroup_root: Path | None) -> None:
         self._root = cgroup_root
         self._tree: CpusetTree | None = None
-        self._created: dict[str, Cpuset] = {}
+        # Each cpuset as text: a shared container's is the pool of its creation, and a pool of a
+        # big machine's thousands of CPUs held as a set for every such container was most of
+        # the agent's memory at 2000 containers.
+        self._created: dict[str, tuple[str, CpuSet | None]] = {}
         self._cgroups: dict[str, str] = {}  # container id → its OCI spec's cgroups path
 
     def created(self, container_id: str, cpuset: Cpuset) -> None:
-        self._created[container_id] = cpuset
+        self._created[container_id] = _as_text(cpuset)
 
     def cgroup_of(self, container_id: str, cgroups_path: str) -> None:
         """Where the runtime put the container's cgroup, for the periodic check."""
@@ -69,7 +73,7 @@ class StartCheck:
     def missed(self, container_id: str, cgroups_path: str, wanted: Cpuset) -> str | None:
         """Why ``wanted`` must be sent again to this started container; None when it holds."""
         created = self._created.pop(container_id, None)
-        if created is not None and created != wanted:
+        if created is not None and created != _as_text(wanted):
             return "changed while it started"
         return "its cgroup differed after it started" if self.cgroup_differs(cgroups_path, wanted) else None
 
@@ -94,3 +98,7 @@ class StartCheck:
         if reading.cpus is None:
             return None
         return Cpuset(reading.cpus, reading.mems)
+
+
+def _as_text(cpuset: Cpuset) -> tuple[str, CpuSet | None]:
+    return format_cached(cpuset.cpus), cpuset.mems

@@ -161,6 +161,41 @@ def add_devices(adjust: api.ContainerAdjustment, grant: Grant) -> None:
         adjust.CDI_devices.add(name=name)
 
 
+def updates_wire(field: int, container_ids: list[str], cpus: frozenset[int]) -> bytes:
+    """The protobuf encoding of field ``field`` of a message, a repeated ``ContainerUpdate``
+    moving each of ``container_ids`` onto ``cpus`` (as ``cpuset_update`` would), for the
+    message to parse in one call instead of a thousand built one at a time. Each element is
+    its length-delimited ``ContainerUpdate``: field 1 (``container_id``), then the rest, the same
+    for all, as ``cpuset_update`` serializes it without an id."""
+    rest = cpuset_update("", cpus).SerializeToString()  # an empty id is not written
+    tag = bytes([field << 3 | 2])
+    heads: dict[int, bytes] = {}  # by the id's length: ids are most often all 64 bytes
+
+    def head(n: int) -> bytes:
+        known = heads.get(n)
+        if known is None:
+            id_field = b"\x0a" + _varint(n)
+            known = heads[n] = tag + _varint(len(id_field) + n + len(rest)) + id_field
+        return known
+
+    parts = []
+    for container_id in container_ids:
+        raw = container_id.encode()
+        parts += (head(len(raw)), raw, rest)
+    return b"".join(parts)
+
+
+def _varint(n: int) -> bytes:
+    if n < 0x80:
+        return bytes((n,))
+    out = bytearray()
+    while n >= 0x80:
+        out.append(n & 0x7F | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
 def cpuset_update(container_id: str, cpus: frozenset[int], mems: frozenset[int] | None = None,
                   *, ignore_failure: bool = True) -> api.ContainerUpdate:
     """A new cpuset for an existing container. ``ignore_failure`` by default: the container

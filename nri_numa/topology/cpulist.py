@@ -108,5 +108,6 @@ def format_mask(ids: Iterable[int], width_bits: int = 32) -> str:
 
 
 # The plugin formats one shared pool (a frozenset, which keeps its hash) into many updates and
-# checkpoint records per decision: each pool is formatted once.
-format_cached = lru_cache(maxsize=512)(format_list)
+# checkpoint records per decision: each pool is formatted once. The cache holds its sets: a
+# pool of a 5120-CPU machine is ~130 KB, so it keeps only the recent ones.
+format_cached = lru_cache(maxsize=32)(format_list)
