@@ -45,6 +45,7 @@ from nri_numa.cluster.virtual_node_objects import (LEASE_NAMESPACE, VirtualNode,
                                                    parse_spec, virtual_nodes)
 from nri_numa.engine.manifest import pod_from_manifest
 from nri_numa.engine.request import RequestError
+from nri_numa.runtime.to_request import with_scheduled_numa
 from nri_numa.safeio.bounds import BoundError
 from nri_numa.state.ledger import Ledger
 
@@ -189,7 +190,12 @@ class Keeper:
                 continue
             where = f"{pod['metadata'].get('namespace', 'default')}/{pod['metadata']['name']}"
             try:
-                result = kept.ledger.admit(pod_from_manifest(pod))
+                # As the node's agent reads it: inside the extender's NUMA nodes while they fit.
+                request, unreadable = with_scheduled_numa(
+                    pod_from_manifest(pod), (n.id for n in kept.ledger.ctx.topology.numa_nodes))
+                if unreadable:
+                    log.warning("virtual node %s, pod %s: %s", kept.node.name, where, unreadable)
+                result = kept.ledger.admit(request)
             except (RequestError, BoundError, ValueError) as e:
                 kept.refused.add(uid)
                 log.warning("virtual node %s refuses pod %s: cannot read it: %s", kept.node.name,

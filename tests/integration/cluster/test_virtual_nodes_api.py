@@ -99,6 +99,20 @@ def test_the_keeper_registers_publishes_follows_pods_and_removes(api, caplog):
     refusals = [r.getMessage() for r in caplog.records if "refuses" in r.getMessage()]
     assert len(refusals) == 1 and "default/too-big" in refusals[0]
     assert "TopologyAffinityError" in refusals[0]
+    first_node = {n.id for n in state.topology.numa_nodes
+                  if state.allocations.pods[fits["metadata"]["uid"]].containers["c"].exclusive_cpus
+                  <= n.cpus}
+
+    # The extender's NUMA nodes are honoured as the node's agent honours them.
+    other = max({n.id for n in state.topology.numa_nodes} - first_node)
+    chosen = guaranteed("chosen", DGX, "4")
+    chosen["metadata"]["annotations"] = {"numa.nri.io/scheduled-numa-nodes": str(other)}
+    chosen = kube.request("POST", "/api/v1/namespaces/default/pods", chosen)
+    keeper.sync_pods()
+    state = published(kube, DGX)
+    held = state.allocations.pods[chosen["metadata"]["uid"]].containers["c"].exclusive_cpus
+    assert len(held) == 4 and held <= state.topology.numa_nodes[other].cpus
+    kube.delete_pod("chosen")
 
     # The heartbeat renews the lease and the Ready condition.
     clock.now += 11
