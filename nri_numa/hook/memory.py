@@ -9,6 +9,8 @@ checkpoint set aside all show as another identity, and the run then loads the fi
 process would. A kept ledger is handed out once: a run that fails before saving leaves nothing
 behind, so the next run reads the file.
 
+The checkpoint's members are kept encoded as the NRI plugin keeps them (PayloadEncoders).
+
 Cgroups are kept by process (pid and start time: a reused pid is another key) and dropped once
 their container is no longer placed; a cgroup that can no longer be written is looked up again.
 """
@@ -16,11 +18,12 @@ their container is no longer placed; a cgroup that can no longer be written is l
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from nri_numa.hook.cgroup import CgroupFs, ContainerCgroup
 from nri_numa.hook.procs import ProcessId
+from nri_numa.state.encoding import LedgerEncoder, RecordsEncoder
 
 if TYPE_CHECKING:
     from nri_numa.engine.context import EngineContext
@@ -99,9 +102,20 @@ class CgroupPaths:
         return len(self._paths)
 
 
+@dataclass(frozen=True)
+class PayloadEncoders:
+    """The ledger and the records as canonical JSON, each member kept encoded until it changes
+    (nri_numa.state.encoding, as the NRI plugin saves): a run changes one container's entries
+    and the pool, not the other forty."""
+
+    ledger: LedgerEncoder = field(default_factory=LedgerEncoder)
+    records: RecordsEncoder = field(default_factory=RecordsEncoder)
+
+
 class DaemonMemory:
     """Everything the daemon keeps from one run to the next."""
 
     def __init__(self) -> None:
         self.ledger = KeptLedger()
         self.cgroups = CgroupPaths()
+        self.encoders = PayloadEncoders()

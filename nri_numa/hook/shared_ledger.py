@@ -18,7 +18,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from nri_numa.engine.context import EngineContext
 from nri_numa.engine.decision import Placement
@@ -32,6 +32,9 @@ from nri_numa.state.plugin_records import (ContainerRecord, PodRecord, RecordErr
                                            records_from_dict, records_to_dict)
 
 log = logging.getLogger("nri_numa.hook")
+
+if TYPE_CHECKING:
+    from nri_numa.hook.memory import PayloadEncoders
 
 PENDING_GRACE_S = 120.0  # precreate → createRuntime is well under a second; this is generous
 PROCESSES_KEY = "processes"
@@ -132,10 +135,22 @@ class SharedLedger:
                              "the checkpoint once no container placed by the hook runs") from None
         return cls(ctx, locator, ledger, pods, containers, processes)
 
-    def to_payload(self) -> dict[str, Any]:
-        return {"ledger": self._ledger.to_dict(),
-                "records": records_to_dict(self._pods, self._containers),
-                PROCESSES_KEY: {cid: p.to_dict() for cid, p in self._processes.items()}}
+    def to_payload(self, encoders: PayloadEncoders | None = None) -> dict[str, Any]:
+        """The checkpoint's payload. ``encoders`` (the hook daemon's, kept between runs) give
+        the ledger and the records as canonical JSON already, each member encoded again only
+        when it changed: the same bytes. The records' encoder writes the pool for every shared
+        container, so it is used only while every shared record holds the pool, as after
+        ``shared_moves`` (a claimed container skipped there may hold an older pool)."""
+        processes = {cid: p.to_dict() for cid, p in self._processes.items()}
+        shared = self.shared
+        if encoders is None or any(not r.exclusive and r.cpus != shared
+                                   for r in self._containers.values()):
+            return {"ledger": self._ledger.to_dict(),
+                    "records": records_to_dict(self._pods, self._containers),
+                    PROCESSES_KEY: processes}
+        return {"ledger": encoders.ledger.encode(self._ledger),
+                "records": encoders.records.encode(self._pods, self._containers, shared),
+                PROCESSES_KEY: processes}
 
     # --- views ------------------------------------------------------------------------------
 

@@ -262,7 +262,7 @@ def _undo(done: list[tuple[ContainerCgroup, frozenset[int]]]) -> None:
 
 def _save(env: HookEnv, book: SharedLedger) -> None:
     try:
-        env.store.save(book.to_payload())
+        env.store.save(book.to_payload(None if env.memory is None else env.memory.encoders))
     except CheckpointError as e:
         raise HookError(f"cannot save the state, nothing changed: {e}") from None
     if env.memory is not None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+from dataclasses import replace
 
 import pytest
 
@@ -16,11 +17,12 @@ from nri_numa.hook.cgroup import locate, write_cpuset
 from nri_numa.hook.machine import Machine
 from nri_numa.hook.memory import DaemonMemory
 from nri_numa.hook.oci import parse_state
-from nri_numa.hook.stages import HookEnv, HookError, create_runtime
+from nri_numa.hook.stages import HookEnv, HookError, create_runtime, precreate
 from nri_numa.state.checkpoint import CheckpointStore, machine_fingerprint
 from nri_numa.topology.cpulist import format_list
 from tests.integration.hook.fake_host import FakeHost, oci_state
-from tests.integration.hook.test_stages_fake import CONFIG, TOPOLOGY, create, stop
+from tests.integration.hook.test_stages_fake import (CONFIG, PODMAN_ID, TOPOLOGY, create,
+                                                     podman_spec, stop)
 
 OLD_NS = 1_000_000_000_000_000_000  # 2001: a file's mtime that only a write changes
 
@@ -129,3 +131,34 @@ def test_cgroups_are_forgotten_with_their_container_and_found_again_when_moved(t
     create(daemon, host, "x", 1003, cpus=4)
     assert host.cpus("/pods/s1-moved") == TOPOLOGY.online_cpus - host.cpus("/pods/x")
     assert len(daemon.memory.cgroups) == 2  # s1's new cgroup, and x's
+
+
+def test_the_daemons_checkpoint_is_byte_for_byte_a_hook_processs(tmp_path):
+    """The daemon saves from its kept encoders (nri_numa.state.encoding), a hook process from
+    plain dicts: every save must be the same file."""
+    hosts = [FakeHost(tmp_path / name / "host", 1, TOPOLOGY.online_cpus)
+             for name in ("daemon", "process")]
+    daemon = replace(envs(tmp_path / "daemon", hosts[0])[0], clock=lambda: 1_700_000_000.0)
+    process = replace(envs(tmp_path / "process", hosts[1])[1], clock=lambda: 1_700_000_000.0)
+    steps = [("create", "s1", 1001, 0), ("create", "x1", 1002, 4), ("create", "s2", 1003, 0),
+             ("create", "x2", 1004, 2), ("stop", "x1", 1002, 0), ("die", "s1", 1001, 0),
+             ("create", "x3", 1005, 46), ("stop", "s2", 1003, 0), ("create", "s3", 1006, 0),
+             ("precreate", PODMAN_ID, 1007, 0), ("create", "x4", 1008, 2),
+             ("claim", PODMAN_ID, 1007, 0)]
+    for what, cid, pid, cpus in steps:
+        files = []
+        for env, host in ((daemon, hosts[0]), (process, hosts[1])):
+            if what == "create":
+                create(env, host, cid, pid, cpus=cpus)
+            elif what == "stop":
+                stop(env, host, cid, pid)
+            elif what == "precreate":  # podman: placed from the spec, no process yet
+                precreate(env, podman_spec(cpus))
+            elif what == "claim":
+                host.start(pid, f"/libpod_parent/libpod-{cid}")
+                create_runtime(env, parse_state(oci_state(cid, pid, host.base)), podman_spec(0))
+            else:  # exits without a poststop: the next run drops it
+                host.stop(pid)
+            files.append(env.store.path.read_bytes())
+        assert files[0] == files[1], (what, cid)
+    assert set(daemon.store.load()["processes"]) == {"x2", "x3", "s3", "x4", PODMAN_ID}
