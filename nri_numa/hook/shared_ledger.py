@@ -34,7 +34,7 @@ from nri_numa.state.plugin_records import (ContainerRecord, PodRecord, RecordErr
 log = logging.getLogger("nri_numa.hook")
 
 if TYPE_CHECKING:
-    from nri_numa.hook.memory import PayloadEncoders
+    from nri_numa.state.encoding import LedgerEncoder, RecordsEncoder
 
 PENDING_GRACE_S = 120.0  # precreate → createRuntime is well under a second; this is generous
 PROCESSES_KEY = "processes"
@@ -135,21 +135,22 @@ class SharedLedger:
                              "the checkpoint once no container placed by the hook runs") from None
         return cls(ctx, locator, ledger, pods, containers, processes)
 
-    def to_payload(self, encoders: PayloadEncoders | None = None) -> dict[str, Any]:
-        """The checkpoint's payload. ``encoders`` (the hook daemon's, kept between runs) give
+    def to_payload(self, ledger_json: LedgerEncoder | None = None,
+                   records_json: RecordsEncoder | None = None) -> dict[str, Any]:
+        """The checkpoint's payload. The encoders (the hook daemon's, kept between runs) give
         the ledger and the records as canonical JSON already, each member encoded again only
         when it changed: the same bytes. The records' encoder writes the pool for every shared
         container, so it is used only while every shared record holds the pool, as after
         ``shared_moves`` (a claimed container skipped there may hold an older pool)."""
         processes = {cid: p.to_dict() for cid, p in self._processes.items()}
         shared = self.shared
-        if encoders is None or any(not r.exclusive and r.cpus != shared
-                                   for r in self._containers.values()):
+        if ledger_json is None or records_json is None or any(
+                not r.exclusive and r.cpus != shared for r in self._containers.values()):
             return {"ledger": self._ledger.to_dict(),
                     "records": records_to_dict(self._pods, self._containers),
                     PROCESSES_KEY: processes}
-        return {"ledger": encoders.ledger.encode(self._ledger),
-                "records": encoders.records.encode(self._pods, self._containers, shared),
+        return {"ledger": ledger_json.encode(self._ledger),
+                "records": records_json.encode(self._pods, self._containers, shared),
                 PROCESSES_KEY: processes}
 
     # --- views ------------------------------------------------------------------------------

@@ -262,7 +262,9 @@ def _undo(done: list[tuple[ContainerCgroup, frozenset[int]]]) -> None:
 
 def _save(env: HookEnv, book: SharedLedger) -> None:
     try:
-        env.store.save(book.to_payload(None if env.memory is None else env.memory.encoders))
+        encoders = None if env.memory is None else env.memory.encoders
+        env.store.save(book.to_payload() if encoders is None
+                       else book.to_payload(encoders.ledger, encoders.records))
     except CheckpointError as e:
         raise HookError(f"cannot save the state, nothing changed: {e}") from None
     if env.memory is not None:
