@@ -1,13 +1,22 @@
 """Issue 13 on the lab: the real kube-scheduler v1.20.2 asks nri-numa's scheduler extender, over
-the lab's real node (``localhost``: 2 CPUs, CPU 0 reserved, one NUMA node) and four virtual
-nodes (two dgx-h100, an amd-epyc-2s-nps4 and a gb200, kept by python -m
-nri_numa.cluster.virtual_nodes; tests/e2e_k8s/extender_lab.py). Pods land only where the
-node's own engine admits them, a burst leaves no node over-committed, and the real node places
-each pod on the NUMA nodes the extender chose."""
+the lab's real node (``localhost``: 2 CPUs, CPU 0 reserved) and four virtual nodes (two
+dgx-h100, an amd-epyc-2s-nps4 and a gb200, kept by python -m nri_numa.cluster.virtual_nodes;
+tests/e2e_k8s/extender_lab.py). Pods land only where the node's own engine admits them, a burst
+leaves no node over-committed, and the real node places each pod on the NUMA nodes the extender
+chose.
+
+This machine has one NUMA node, where the extender has no choice to make (single-numa-node
+leaves a hint equal to every node unset). For the real node's tests the agent runs on a topology
+file that splits the machine into two NUMA nodes (`split_real_node`): the reserved CPU 0 on
+node 0, CPU 1 on node 1. The extender's cache receives that publication through its watch, so it
+chooses NUMA node 1, not the first one, for a pod with an exclusive CPU and writes it on the pod;
+the agent places inside it, or logs that the choice went stale when a pod the scheduler never
+saw took the CPU between the bind and the container's creation."""
 
 from __future__ import annotations
 
 import time
+import urllib.request
 from collections.abc import Iterator
 from typing import Any
 
@@ -22,17 +31,22 @@ from nri_numa.engine.manifest import pod_from_manifest
 from nri_numa.extender.verbs import CHOSEN_NUMA_ANNOTATION
 from nri_numa.topology import discover
 from nri_numa.topology.cpulist import parse_list
-from tests.e2e.harness.cgroups import CgroupLayout
+from nri_numa.topology.model import Topology
+from nri_numa.topology.parts import Cpu, NumaNode
+from tests.e2e.harness.cgroups import CgroupLayout, Cpuset, container_cgroup_path, read_cpuset
+from tests.e2e.harness.image import IMAGE_REF
 from tests.e2e_k8s.extender_lab import KEEPER, VIRTUAL_NODES, ExtenderLab
-from tests.e2e_k8s.kube import Json, Kube, wait_for
+from tests.e2e_k8s.kube import ApiError, Json, Kube, container_statuses, wait_for
 from tests.e2e_k8s.lab import NODE_NAME, Lab
-from tests.e2e_k8s.pods import SUMMARY, container_cpus, pod_manifest, wait_running
+from tests.e2e_k8s.pods import (SUMMARY, container_cpus, describe_pods, pod_manifest,
+                                wait_running)
 
 pytestmark = pytest.mark.k8s
 GPU = "nvidia.com/gpu"
 DECIDED_S = 120.0  # a pod the scheduler cannot place is retried with growing back-off
 PUBLISHED_S = 30.0
 DGX_NODES = {n for n in VIRTUAL_NODES if "dgx-h100" in n}
+GIB = 1 << 30
 
 
 @pytest.fixture(scope="module")
@@ -234,36 +248,157 @@ def test_a_burst_of_50_pods_over_commits_no_node(extender_lab: ExtenderLab, kube
 # --- (c) the real node places where the extender chose ------------------------------------------
 
 
+def split_machine() -> Topology:
+    """This machine's two CPUs on two NUMA nodes: the reserved CPU 0 on node 0, CPU 1 on node 1.
+    The only CPU a Guaranteed pod can have lies on node 1, so a choice of node 1 is the
+    extender's work, not a default. Every cpuset the agent can write exists on this machine;
+    mems are never written (no Memory Manager: the kernel has memory node 0 only, so any
+    placement of memory on node 1 could not be applied)."""
+    cpus = (Cpu(id=0, numa=0, core=0, socket=0), Cpu(id=1, numa=1, core=1, socket=1))
+    nodes = (NumaNode(id=0, cpus=frozenset({0}), memory_bytes=GIB, distances={0: 10, 1: 21}),
+             NumaNode(id=1, cpus=frozenset({1}), memory_bytes=GIB, distances={0: 21, 1: 10}))
+    return Topology(cpus=cpus, numa_nodes=nodes)
+
+
+def published_numa_nodes(kube: Kube) -> int:
+    """How many NUMA nodes the real node's published state has (0 while none can be read)."""
+    try:
+        return len(published(kube, NODE_NAME).topology.numa_nodes)
+    except (ApiError, KeyError):
+        return 0
+
+
+@pytest.fixture(scope="module")
+def split_real_node(extender_lab: ExtenderLab, lab: Lab, kube: Kube,
+                    tmp_path_factory: pytest.TempPathFactory) -> Iterator[Topology]:
+    """The agent on `split_machine` while the extender runs, so its cache takes the new
+    publication from the watch; afterwards the agent on this machine again, with its own state
+    folder, and its publication back (test_too_many_guaranteed.py reads the node as it is)."""
+    machine = split_machine()
+    file = tmp_path_factory.mktemp("extender-split") / "split-cpu1-on-node1.json"
+    file.write_text(machine.to_json())
+    lab.restart_agent(topology=file)
+    try:
+        wait_for(lambda: published_numa_nodes(kube) == 2, PUBLISHED_S,
+                 "the real node to publish the split machine's two NUMA nodes")
+        yield machine
+    finally:
+        lab.restart_agent(topology=None)
+        nodes = len(discover("/").numa_nodes)
+        wait_for(lambda: published_numa_nodes(kube) == nodes, PUBLISHED_S,
+                 f"the real node to publish this machine's {nodes} NUMA node(s) again")
+
+
+def numa_nodes_of(machine: Topology, cpus: frozenset[int]) -> frozenset[int]:
+    return frozenset(n.id for n in machine.numa_nodes if n.cpus & cpus)
+
+
+def container_cpuset(lab: Lab, layout: CgroupLayout, container_id: str) -> Cpuset:
+    client = lab.cri()
+    try:
+        return read_cpuset(layout, container_cgroup_path(client.container_info(container_id)))
+    finally:
+        client.close()
+
+
 def test_the_real_node_places_each_pod_on_the_numa_nodes_the_extender_chose(
-        extender_lab: ExtenderLab, kube: Kube, lab: Lab, layout: CgroupLayout) -> None:
-    # Two Guaranteed 1-CPU pods at once: CPU 0 is reserved, so one fits. The second stays
-    # Pending with nri-numa's reason instead of reaching the node (test_too_many_guaranteed.py).
+        split_real_node: Topology, kube: Kube, lab: Lab, layout: CgroupLayout) -> None:
+    # Two Guaranteed 1-CPU pods at once: CPU 0 is reserved, so one fits, on NUMA node 1. The
+    # second stays Pending with nri-numa's reason instead of reaching the node
+    # (test_too_many_guaranteed.py).
+    machine = split_real_node
     wanted = [pod("real-g-0", cpu="1", memory="64Mi", node=NODE_NAME),
-              pod("real-g-1", cpu="1", memory="64Mi", node=NODE_NAME),
-              pod("real-be", node=NODE_NAME)]
+              pod("real-g-1", cpu="1", memory="64Mi", node=NODE_NAME)]
     kube.apply(wanted)
     pods = wait_decided(kube, [m["metadata"]["name"] for m in wanted])
-    bound = sorted(n for n, p in pods.items() if p["spec"].get("nodeName") == NODE_NAME)
-    assert len(bound) == 2 and "real-be" in bound, {n: unschedulable(p) for n, p in pods.items()}
-    [refused] = set(pods) - set(bound)
+    bound = [n for n, p in pods.items() if p["spec"].get("nodeName") == NODE_NAME]
+    assert len(bound) == 1, {n: unschedulable(p) for n, p in pods.items()}
+    [name], [refused] = bound, set(pods) - set(bound)
     assert "nri-numa: TopologyAffinityError" in unschedulable(pods[refused])
     ids = wait_running(kube, bound)
-    machine = discover("/")
-    every_node = frozenset(n.id for n in machine.numa_nodes)
-    uids = {pods[n]["metadata"]["uid"] for n in bound}
-    state = wait_for(lambda: (lambda s: s if uids <= set(s.allocations.pods) else None)(
-        published(kube, NODE_NAME)), PUBLISHED_S, "the real node to publish its pods")
-    for name in bound:
-        obj = kube.pod(name)
-        cpus = container_cpus(lab, layout, ids[name])
-        placed = frozenset(n.id for n in machine.numa_nodes if n.cpus & cpus)
-        agent = ledger_numa_nodes(state, obj["metadata"]["uid"])
-        print(f"{name}: extender chose {sorted(chosen(obj))}, agent aligned {sorted(agent)}, "
-              f"cgroup CPUs {sorted(cpus)} on NUMA nodes {sorted(placed)}")
-        assert agent == chosen(obj)
-        # No choice is all NUMA nodes: on this one-node machine single-numa-node leaves a hint
-        # equal to every node unset, as the kubelet does, so no annotation is written.
-        assert placed == (chosen(obj) or every_node) == {0}
-        if name != "real-be":
-            assert cpus == {1}  # its exclusive CPU; CPU 0 is reserved
+    obj = kube.pod(name)
+    uid = obj["metadata"]["uid"]
+    state = wait_for(lambda: (lambda s: s if uid in s.allocations.pods else None)(
+        published(kube, NODE_NAME)), PUBLISHED_S, "the real node to publish its pod")
+    cpuset = container_cpuset(lab, layout, ids[name])
+    placed = numa_nodes_of(machine, cpuset.cpu_ids)
+    agent = ledger_numa_nodes(state, uid)
+    print(f"{name}: extender chose {sorted(chosen(obj))}, agent aligned {sorted(agent)}, "
+          f"cgroup CPUs {cpuset.cpus} on NUMA nodes {sorted(placed)}, mems {cpuset.mems}")
+    # The extender wrote its choice (the split machine's, from the watch), and the agent's
+    # ledger, its decision log and the container's cgroup all say that node.
+    assert chosen(obj) == {1}
+    assert agent == placed == chosen(obj)
+    assert cpuset.cpu_ids == {1}  # its exclusive CPU; CPU 0 is reserved
+    assert cpuset.mems == "0"  # untouched: the machine's only memory node
+    log = lab.agent_log.read_text(errors="replace")
+    assert (f"placed pod default/{name} container work: policy single-numa-node, hint NUMA 1 "
+            "(preferred), cpus 1 (exclusive), mems unchanged") in log
+    assert f"pod default/{name} container work: the scheduler's choice" not in log
     assert "CreateContainerError" not in str(kube.pod(refused).get("status"))
+
+
+# --- (d) a choice gone stale between the bind and the container's creation -----------------------
+
+
+def test_a_choice_taken_behind_the_schedulers_back_is_stale_and_the_node_decides_anew(
+        split_real_node: Topology, kube: Kube, lab: Lab, layout: CgroupLayout) -> None:
+    """The pod is bound with NUMA node 1 chosen; its init container (shared CPUs) holds it back
+    until the test says so. Meanwhile a pod with ``spec.nodeName`` set, which no scheduler
+    sees, takes CPU 1. When the app container is created the choice no longer holds: the agent
+    logs it as stale, decides anew, and refuses under single-numa-node (no other CPU)."""
+    late = pod("late", cpu="1", memory="64Mi", node=NODE_NAME)
+    late["spec"]["initContainers"] = [{
+        "name": "wait", "image": IMAGE_REF, "imagePullPolicy": "Never",
+        "command": ["/bin/sh", "-c", "until [ -e /tmp/go ]; do sleep 0.1; done"],
+        "resources": {"requests": {"cpu": "100m", "memory": "64Mi"},
+                      "limits": {"cpu": "100m", "memory": "64Mi"}}}]
+    kube.apply([late])
+    obj = wait_decided(kube, ["late"])["late"]
+    assert obj["spec"].get("nodeName") == NODE_NAME, unschedulable(obj)
+    assert chosen(obj) == {1}
+    wait_for(lambda: init_running(kube.pod("late")), 90.0, "late's init container running",
+             describe=lambda: describe_pods(kube, ["late"]))
+
+    behind = pod_manifest("behind-the-back", cpu="1", memory="64Mi")
+    behind["spec"]["nodeName"] = NODE_NAME  # the kubelet runs it; no scheduler is asked
+    kube.apply([behind])
+    ids = wait_running(kube, ["behind-the-back"])
+    assert container_cpus(lab, layout, ids["behind-the-back"]) == {1}
+    stale_before = stale_count(lab)
+
+    kube.kubectl("exec", "late", "-c", "wait", "--", "touch", "/tmp/go")
+
+    def refused() -> Json | None:
+        statuses = container_statuses(kube.pod("late"))
+        waiting = statuses[0].get("state", {}).get("waiting") if statuses else None
+        return waiting if waiting and waiting.get("reason") == "CreateContainerError" else None
+    waiting = wait_for(refused, 90.0, "late's container refused",
+                       describe=lambda: describe_pods(kube, ["late"]))
+    assert "nri-numa: TopologyAffinityError: container work" in waiting.get("message", "")
+    log = lab.agent_log.read_text(errors="replace")
+    stale = ("pod default/late container work: the scheduler's choice of NUMA node 1 "
+             "(numa.nri.io/scheduled-numa-nodes) is stale, decided anew: TopologyAffinityError: "
+             "container work: Resources cannot be allocated with Topology locality inside NUMA "
+             "nodes 1")
+    assert stale in log
+    assert "refused pod default/late container work: TopologyAffinityError" in log
+    assert "pod default/late container wait: the scheduler's choice" not in log
+    assert stale_count(lab) > stale_before
+    # The pod the scheduler never saw keeps its CPU.
+    assert container_cpus(lab, layout, ids["behind-the-back"]) == {1}
+
+
+def init_running(obj: Json | None) -> bool:
+    statuses = (obj or {}).get("status", {}).get("initContainerStatuses") or []
+    return bool(statuses) and "running" in (statuses[0].get("state") or {})
+
+
+def stale_count(lab: Lab) -> float:
+    """The agent's nri_numa_scheduled_numa_nodes_stale_total."""
+    url = f"http://127.0.0.1:{lab.recorded.ports['metrics']}/metrics"
+    with urllib.request.urlopen(url, timeout=5.0) as answer:  # noqa: S310 (127.0.0.1)
+        text = answer.read().decode()
+    values = [float(line.split()[-1]) for line in text.splitlines()
+              if line.startswith("nri_numa_scheduled_numa_nodes_stale_total")]
+    return sum(values)
