@@ -13,6 +13,7 @@ snapshot instead; its parts are kept encoded until they change (state/encoding.p
 
 from __future__ import annotations
 
+import gc
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -96,6 +97,10 @@ class StateFile:
             self._saved = None
             raise
         self._mark_saved(records)
+        # The agent froze its start-up (nri_numa.nri.daemon): the state just written is
+        # long-lived too. Elsewhere (tests, tools) nothing was frozen and nothing is.
+        if gc.get_freeze_count():
+            gc.freeze()
 
     def _mark_saved(self, records: Records) -> None:
         records.saved()

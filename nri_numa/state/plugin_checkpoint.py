@@ -53,9 +53,10 @@ JOURNAL_NAME = "checkpoint.journal"
 JOURNAL_FORMAT = "nri-numa-journal"
 JOURNAL_VERSION = 1
 TOKEN_KEY = "journal"  # the snapshot's payload member naming its journal
-# Compaction waits at least this long: below it, rewriting the snapshot costs more than
-# replaying a few records at start-up.
-MIN_COMPACT_BYTES = 64 << 10
+# Compaction waits for at least this much journal: a compaction is a whole snapshot written
+# before an answer, so on a small ledger it must stay rarer than one event in a few hundred
+# (1 MiB is ~800 records; replaying them at start-up takes well under a second).
+MIN_COMPACT_BYTES = 1 << 20
 TABLES = ("pods", "entries", "machineState", "reusable", "podRecords", "containers")
 
 

@@ -17,6 +17,7 @@ from nri_numa.engine.config_reader import config_from_mapping
 from nri_numa.nri.daemon import plugin_store
 from nri_numa.nri.plugin import NumaPlugin
 from nri_numa.nri.session import PluginError
+from nri_numa.state import plugin_checkpoint
 from tests import nri_messages as msg
 from tests.integration.nri.plugin_env import CONFIG, machine
 
@@ -31,6 +32,8 @@ def container_of(i: int):
 
 def main(argv: list[str]) -> None:
     state_dir, first, last = Path(argv[0]), int(argv[1]), int(argv[2])
+    # A compaction after ~50 creations rather than ~800: the kill test waits for one.
+    plugin_checkpoint.MIN_COMPACT_BYTES = 64 << 10
     topology = machine()
     plugin = NumaPlugin(topology, config_from_mapping(CONFIG), plugin_store(state_dir, topology))
     print("STARTED", flush=True)

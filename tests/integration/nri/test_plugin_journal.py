@@ -203,7 +203,8 @@ def test_one_events_record_does_not_grow_with_the_ledger(state_dir: Path) -> Non
                                                                   cid=f"c{i:04d}")))
         if checkpoint.journal_bytes > before:  # not the event that compacted
             sizes[i] = checkpoint.journal_bytes - before
-    assert sizes[10] == sizes[399] < 2048, sizes
+    # The same bytes but for the digits of the record's number.
+    assert abs(sizes[399] - sizes[10]) <= 3 and sizes[399] < 2048, sizes
 
 
 def test_the_single_file_checkpoint_of_earlier_versions_is_read_and_migrated(
