@@ -182,10 +182,7 @@ class Records:
         if shared is sent or shared == sent:
             return b""
         self.pool_sent = shared
-        ids = self.containers.shared_ids
-        if not ids or (skip is not None and len(ids) == 1 and skip in ids):
-            return b""
-        return translate.updates_wire(field, [i for i in ids if i != skip], shared)
+        return translate.updates_wire(field, self.containers.shared_ids, shared, skip)
 
     def move(self, record: ContainerRecord, cpus: frozenset[int]) -> None:
         """An exclusive container's record, now on ``cpus``; a shared one follows the pool

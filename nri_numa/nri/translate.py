@@ -161,27 +161,26 @@ def add_devices(adjust: api.ContainerAdjustment, grant: Grant) -> None:
         adjust.CDI_devices.add(name=name)
 
 
-def updates_wire(field: int, container_ids: list[str], cpus: frozenset[int]) -> bytes:
+def updates_wire(field: int, container_ids: Iterable[str], cpus: frozenset[int],
+                 skip: str | None = None) -> bytes:
     """The protobuf encoding of field ``field`` of a message, a repeated ``ContainerUpdate``
-    moving each of ``container_ids`` onto ``cpus`` (as ``cpuset_update`` would), for the
-    message to parse in one call instead of a thousand built one at a time. Each element is
-    its length-delimited ``ContainerUpdate``: field 1 (``container_id``), then the rest, the same
-    for all, as ``cpuset_update`` serializes it without an id."""
+    moving each of ``container_ids`` but ``skip`` onto ``cpus`` (as ``cpuset_update`` would),
+    for the message to parse in one call instead of a thousand built one at a time. Each element
+    is its length-delimited ``ContainerUpdate``: field 1 (``container_id``), then the rest, the
+    same for all, as ``cpuset_update`` serializes it without an id."""
     rest = cpuset_update("", cpus).SerializeToString()  # an empty id is not written
     tag = bytes([field << 3 | 2])
     heads: dict[int, bytes] = {}  # by the id's length: ids are most often all 64 bytes
-
-    def head(n: int) -> bytes:
-        known = heads.get(n)
-        if known is None:
-            id_field = b"\x0a" + _varint(n)
-            known = heads[n] = tag + _varint(len(id_field) + n + len(rest)) + id_field
-        return known
-
-    parts = []
+    parts: list[bytes] = []
     for container_id in container_ids:
+        if container_id == skip:
+            continue
         raw = container_id.encode()
-        parts += (head(len(raw)), raw, rest)
+        head = heads.get(len(raw))
+        if head is None:
+            id_field = b"\x0a" + _varint(len(raw))
+            head = heads[len(raw)] = tag + _varint(len(id_field) + len(raw) + len(rest)) + id_field
+        parts += (head, raw, rest)
     return b"".join(parts)
 
 

@@ -67,3 +67,5 @@ def test_encoded_updates_are_the_messages_built_one_at_a_time() -> None:
     reply = api.CreateContainerResponse.FromString(wire)
     assert list(reply.update) == [translate.cpuset_update(i, pool) for i in ids]
     assert translate.updates_wire(1, [], pool) == b""
+    skipped = api.UpdateContainersRequest.FromString(translate.updates_wire(1, ids, pool, "a"))
+    assert [u.container_id for u in skipped.update] == ids[1:]
