@@ -1,8 +1,10 @@
 """``nri-numa state``: what the checkpoint says is placed, and where the cgroups disagree.
 
-The checkpoint is read as one file and never written: no lock is taken (the plugin replaces the
-file by an atomic rename, so a reader sees one whole version), and a file that cannot be trusted
-is reported, not set aside as the plugin would. It is read as the agents read it: not through a
+The checkpoint is read and never written: no lock is taken (the plugin replaces the snapshot by
+an atomic rename, so a reader sees one whole version, and appends its journal's records whole;
+a torn last record is left out, and a journal already replaced by a compaction is not
+replayed, which shows the snapshot's older state), and a file that cannot be trusted is
+reported, not set aside as the plugin would. It is read as the agents read it: not through a
 symlink, never waiting on a FIFO, bounded in size and in JSON nesting. Both ledgers are read: the NRI plugin's
 (``nri-numa run``, /var/lib/nri-numa) and the OCI hook's (/run/nri-numa), which adds a process
 table holding each container's cgroup.
