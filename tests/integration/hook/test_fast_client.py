@@ -1,9 +1,11 @@
-"""The hook's fast path (`python3 -I -S nri_numa/hook/fast_client.py STAGE ...`) as a runtime runs
-it: real processes, a real `nri-numa hook-daemon` on a real unix socket in a temp folder, stdin,
-stderr and the exit status."""
+"""The hook's fast paths as a runtime runs them: the Python fast client (`python3 -I -S
+nri_numa/hook/fast_client.py STAGE ...`) and the C client (nri-numa-hook-client, built from
+nri_numa/hook/c_client), each test once per client. Real processes, a real `nri-numa
+hook-daemon` on a real unix socket in a temp folder, stdin, stderr and the exit status."""
 
 from __future__ import annotations
 
+import functools
 import socket
 import subprocess
 import sys
@@ -24,6 +26,20 @@ REPO = Path(__file__).resolve().parents[3]
 FAST = [sys.executable, "-I", "-S", str(REPO / "nri_numa" / "hook" / "fast_client.py")]
 
 
+@pytest.fixture(params=["python", "c"])
+def client(request) -> list[str]:
+    """The command that runs a fast client: the Python one, or the C one."""
+    if request.param == "python":
+        return FAST
+    return [str(request.getfixturevalue("c_client_binary"))]
+
+
+@pytest.fixture
+def fast(client):
+    """Runs the client under test as a runtime runs a hook."""
+    return functools.partial(run_client, client)
+
+
 @pytest.fixture
 def setup(tmp_path):
     host, state, served, args = daemon_setup(tmp_path)
@@ -41,10 +57,10 @@ def daemon(setup):
     process.communicate(timeout=10)
 
 
-def fast(stage: str, args: list[str], stdin: bytes, timeout: float = 8.0,
-         ) -> subprocess.CompletedProcess:
+def run_client(client: list[str], stage: str, args: list[str], stdin: bytes,
+               timeout: float = 8.0) -> subprocess.CompletedProcess:
     # cwd: a folder of no interest, as a runtime runs a hook in the bundle.
-    return subprocess.run([*FAST, stage, *args, "--timeout", str(timeout)], input=stdin,
+    return subprocess.run([*client, stage, *args, "--timeout", str(timeout)], input=stdin,
                           capture_output=True, cwd="/", timeout=60)
 
 
@@ -55,7 +71,7 @@ def one_line(text: bytes, stage: str = "createRuntime") -> str:
     return lines[0]
 
 
-def test_the_daemon_runs_the_hook_and_the_client_relays_it(setup, daemon):
+def test_the_daemon_runs_the_hook_and_the_client_relays_it(setup, daemon, fast):
     host, state, _, args = setup
     done = fast("createRuntime", args, create(host, "c1", 5001, 3))
     assert (done.returncode, done.stdout, done.stderr) == (0, b"", b"")
@@ -67,7 +83,7 @@ def test_the_daemon_runs_the_hook_and_the_client_relays_it(setup, daemon):
     assert exclusive_cpus(host, state) == {}
 
 
-def test_a_refusal_is_the_hooks_exit_status_and_one_line(setup, daemon, tmp_path):
+def test_a_refusal_is_the_hooks_exit_status_and_one_line(setup, daemon, tmp_path, fast):
     host, _, _, args = setup
     other = tmp_path / "other.json"
     other.write_text("{}")
@@ -77,16 +93,16 @@ def test_a_refusal_is_the_hooks_exit_status_and_one_line(setup, daemon, tmp_path
 
 
 @pytest.mark.parametrize("stdin", [b"", b"not json \xff\xfe", b'{"id": "c1"}'])
-def test_bad_stdin_is_one_line(setup, daemon, stdin):
+def test_bad_stdin_is_one_line(setup, daemon, stdin, fast):
     _, _, _, args = setup
     done = fast("createRuntime", args, stdin)
     assert done.returncode == 1 and done.stdout == b""
     one_line(done.stderr)
 
 
-def test_without_a_daemon_the_full_hook_runs_in_this_process(setup):
+def test_without_a_daemon_the_full_hook_runs_in_this_process(setup, client):
     host, state, _, args = setup
-    process = subprocess.Popen([*FAST, "createRuntime", *args], stdin=subprocess.PIPE,
+    process = subprocess.Popen([*client, "createRuntime", *args], stdin=subprocess.PIPE,
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd="/")
     out, err = process.communicate(create(host, "c1", 5001, 2), timeout=60)
     assert (process.returncode, out, err) == (0, b"", b"")
@@ -96,7 +112,7 @@ def test_without_a_daemon_the_full_hook_runs_in_this_process(setup):
     assert len(exclusive_cpus(host, state)["c1"]) == 2 and daemon_pids(state) == []
 
 
-def test_a_socket_nobody_listens_on_means_no_daemon(setup):
+def test_a_socket_nobody_listens_on_means_no_daemon(setup, fast):
     host, state, _, args = setup
     state.mkdir(parents=True)
     left = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -109,7 +125,7 @@ def test_a_socket_nobody_listens_on_means_no_daemon(setup):
     assert "c1" in exclusive_cpus(host, state)
 
 
-def test_start_daemon_starts_one_and_hands_it_the_run(setup):
+def test_start_daemon_starts_one_and_hands_it_the_run(setup, fast):
     host, state, _, args = setup
     done = fast("createRuntime", [*args, "--start-daemon"], create(host, "c1", 5001, 2))
     assert done.returncode == 0, done.stderr
@@ -122,7 +138,7 @@ def test_start_daemon_starts_one_and_hands_it_the_run(setup):
     assert f"hook[{pid}] createRuntime: placed container c2" in (state / LOG_NAME).read_text()
 
 
-def test_a_daemon_that_never_answers_fails_the_hook_at_its_timeout(setup):
+def test_a_daemon_that_never_answers_fails_the_hook_at_its_timeout(setup, fast):
     host, state, _, args = setup
     listener = bound_socket(state / SOCKET_NAME)  # connections wait in its backlog forever
     try:
@@ -137,11 +153,11 @@ def test_a_daemon_that_never_answers_fails_the_hook_at_its_timeout(setup):
     assert line.split(": ", 1)[1] in (state / LOG_NAME).read_text()
 
 
-def test_stdin_left_open_gives_up_at_the_timeout_saying_so(setup):
+def test_stdin_left_open_gives_up_at_the_timeout_saying_so(setup, client):
     _, state, _, args = setup
     listener = bound_socket(state / SOCKET_NAME)
     try:
-        process = subprocess.Popen([*FAST, "poststop", *args, "--timeout", "1"],
+        process = subprocess.Popen([*client, "poststop", *args, "--timeout", "1"],
                                    stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                    stderr=subprocess.PIPE, cwd="/")
         process.wait(timeout=10)  # stdin stays open: never written, never closed
@@ -159,9 +175,10 @@ def test_stdin_left_open_gives_up_at_the_timeout_saying_so(setup):
     (["--bogus"], 2, "stderr", b"nri-numa: error: unrecognized arguments: --bogus"),
     (["--help"], 0, "stdout", b"usage: nri-numa hook"),
     (["--timeout", "0"], 1, "stderr", b"timeout must be positive")])
-def test_arguments_argparse_must_judge_go_to_the_full_hook(setup, extra, code, where, said):
+def test_arguments_argparse_must_judge_go_to_the_full_hook(setup, client, extra, code, where,
+                                                         said):
     _, _, _, args = setup
-    done = subprocess.run([*FAST, "createRuntime", *args, *extra], capture_output=True,
+    done = subprocess.run([*client, "createRuntime", *args, *extra], capture_output=True,
                           cwd="/", timeout=60)
     assert done.returncode == code
     assert said in getattr(done, where)
