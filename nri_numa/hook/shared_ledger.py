@@ -24,9 +24,9 @@ from nri_numa.engine.context import EngineContext
 from nri_numa.engine.decision import Placement
 from nri_numa.engine.request import ContainerRequest, RequestError
 from nri_numa.hook.annotations import engine_annotations
-from nri_numa.runtime import (DeviceLocator, RuntimeContainer, RuntimePod, container_request,
-                              pod_identity, pod_qos, pod_request, stale_choice,
-                              with_scheduled_numa)
+from nri_numa.runtime.container import RuntimeContainer, RuntimePod
+from nri_numa.runtime.to_request import (container_request, pod_identity, pod_qos, pod_request,
+                                         stale_choice, with_scheduled_numa)
 from nri_numa.state.ledger import Ledger, LedgerError
 from nri_numa.state.plugin_records import (ContainerRecord, PodRecord, RecordError,
                                            records_from_dict, records_to_dict)
@@ -34,6 +34,7 @@ from nri_numa.state.plugin_records import (ContainerRecord, PodRecord, RecordErr
 log = logging.getLogger("nri_numa.hook")
 
 if TYPE_CHECKING:
+    from nri_numa.runtime.device_locator import DeviceLocator
     from nri_numa.state.encoding import LedgerEncoder, RecordsEncoder
 
 PENDING_GRACE_S = 120.0  # precreate → createRuntime is well under a second; this is generous

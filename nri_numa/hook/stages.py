@@ -30,12 +30,12 @@ from nri_numa.hook.cgroup import (CgroupError, CgroupFs, ContainerCgroup, Proces
                                   write_cpuset)
 from nri_numa.hook.machine import Machine
 from nri_numa.hook.oci import OciState
-from nri_numa.hook.precreate import SpecError, container_id, has_claiming_hook, placed_spec
 from nri_numa.hook.procs import ProcessId, is_running, process_id
 from nri_numa.hook.shared_ledger import Move, ProcessRecord, Refused, SharedLedger, StateError
-from nri_numa.runtime import (DeviceGranter, DeviceLocator, GrantError, RuntimeContainer,
-                              RuntimeInputError, asked_devices, requested_devices)
+from nri_numa.runtime.container import RuntimeContainer, RuntimeInputError
+from nri_numa.runtime.device_locator import DeviceLocator
 from nri_numa.runtime.oci_spec import is_sandbox, runtime_container
+from nri_numa.runtime.to_request import asked_devices
 from nri_numa.state.checkpoint import CheckpointError, CheckpointStore, LockBusy
 from nri_numa.topology.cpulist import format_list
 
@@ -127,6 +127,11 @@ def poststop(env: HookEnv, state: OciState) -> str:
 
 def precreate(env: HookEnv, spec: dict[str, Any]) -> tuple[dict[str, Any], str]:
     """The spec with the placement in it, and what was done."""
+    # Only precreate gives devices and edits a spec: what does so (device nodes, CDI) is loaded
+    # here, not by every createRuntime and poststop process.
+    from nri_numa.hook.precreate import SpecError, container_id, has_claiming_hook, placed_spec
+    from nri_numa.runtime.device_grant import DeviceGranter, GrantError
+
     try:
         cid = container_id(spec)
     except SpecError as e:
@@ -308,6 +313,8 @@ def _asked_devices(container: RuntimeContainer) -> dict[str, int]:
 def _devices(env: HookEnv, container: RuntimeContainer) -> dict[str, int]:
     """The container's own ``numa.nri.io/devices`` in the machine's resource names (the pod's
     ``numa.nri.io/devices.<container>`` travels with its annotations to the engine)."""
+    from nri_numa.runtime.to_request import requested_devices
+
     ctx = env.machine.ctx
     try:
         return requested_devices(container, ctx.devices, ctx.device_classes)

@@ -13,9 +13,8 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from nri_numa.runtime.device_markers import CDI_ANNOTATION_PREFIX as ANNOTATION_PREFIX
 from nri_numa.safeio.bounds import quote
-
-ANNOTATION_PREFIX = "cdi.k8s.io/"
 
 _VENDOR_OR_CLASS = re.compile(r"[A-Za-z](?:[A-Za-z0-9_.-]*[A-Za-z0-9])?")
 _DEVICE = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9_.:-]*[A-Za-z0-9])?")

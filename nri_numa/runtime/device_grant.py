@@ -38,12 +38,11 @@ from nri_numa.engine.context import GPU_RESOURCE
 from nri_numa.engine.devices.requested import PCI_PREFIX
 from nri_numa.runtime.cdi import (AUTO, CDI, INJECTION_MODES, NODES, CdiRegistry, host_device,
                                   runtime_applies_cdi)
+from nri_numa.runtime.device_markers import NVIDIA_MAJOR, NVIDIA_VISIBLE_DEVICES
 from nri_numa.topology.model import Topology
 from nri_numa.topology.nvidia_proc import driver_minors
 from nri_numa.topology.parts import Gpu
 
-NVIDIA_MAJOR = 195  # /dev/nvidiaN; minors 254 and 255 are nvidia-modeset and nvidiactl
-NVIDIA_VISIBLE_DEVICES = "NVIDIA_VISIBLE_DEVICES"
 NVIDIA_SHARED_NODES = ("nvidiactl", "nvidia-uvm", "nvidia-uvm-tools")
 RDMA_CM_NODE = "infiniband/rdma_cm"
 UVERBS_CLASS = "sys/class/infiniband_verbs"

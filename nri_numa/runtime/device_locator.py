@@ -17,16 +17,18 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from nri_numa.engine.context import GPU_RESOURCE
-from nri_numa.engine.devices import Resource
-from nri_numa.runtime.cdi import ALL_DEVICES, NVIDIA_GPU_KIND, CdiRegistry, device_node
-from nri_numa.runtime.cdi_names import annotation_names
 from nri_numa.runtime.container import DeviceNode, RuntimeContainer
-from nri_numa.runtime.device_grant import NVIDIA_MAJOR, NVIDIA_VISIBLE_DEVICES, gpus_by_minor
+from nri_numa.runtime.device_markers import (CDI_ANNOTATION_PREFIX, NVIDIA_MAJOR,
+                                             NVIDIA_VISIBLE_DEVICES)
 from nri_numa.topology.model import Topology
 from nri_numa.topology.parts import Gpu
-from nri_numa.topology.sysfs_read import pci_address_of
+
+if TYPE_CHECKING:
+    from nri_numa.engine.devices import Resource
+    from nri_numa.runtime.cdi import CdiRegistry
 
 log = logging.getLogger(__name__)
 
@@ -51,8 +53,11 @@ class DeviceLocator:
                  cdi: CdiRegistry | None = None) -> None:
         self._topology = topology
         self._root = Path(sysfs_root)
-        self._cdi = cdi or CdiRegistry()
-        self._gpu_by_minor = gpus_by_minor(topology, self._root)
+        # The CDI registry and the GPUs' minors (which may read /proc/driver/nvidia) are made
+        # when a container first has a CDI annotation or an NVIDIA node: an OCI hook process
+        # builds a locator per run, and most containers have neither.
+        self._cdi = cdi
+        self._gpu_by_minor: dict[int, Gpu] | None = None
         self._gpu_by_uuid = {g.uuid: g for g in topology.gpus}
         self._gpu_by_index = {str(g.index): g for g in topology.gpus}
         self._pci_address: dict[tuple[str, int, int], str | None] = {}
@@ -98,6 +103,11 @@ class DeviceLocator:
                      ) -> tuple[list[tuple[Gpu, bool] | None], list[DeviceNode]]:
         """The container's CDI names: the GPUs named by UUID or index (``_gpu_named``), and
         the nodes the spec files give any other name."""
+        if not any(key.startswith(CDI_ANNOTATION_PREFIX) for key in container.annotations):
+            return [], []
+        from nri_numa.runtime.cdi import ALL_DEVICES, NVIDIA_GPU_KIND, device_node
+        from nri_numa.runtime.cdi_names import annotation_names
+
         names, problems = annotation_names(container.annotations)
         for problem in problems:
             self._report(f"container {container.name or container.id}: {problem}; not used")
@@ -109,7 +119,8 @@ class DeviceLocator:
             gpu = self._gpu_named(name.device, by_index=name.kind == NVIDIA_GPU_KIND)
             if gpu is not None:
                 gpus.append(gpu)
-            elif name.device != ALL_DEVICES and (device := self._cdi.device(name)) is not None:
+            elif name.device != ALL_DEVICES and \
+                    (device := self._cdi_registry().device(name)) is not None:
                 nodes += [n for n in map(device_node, (*device.nodes, *device.spec_nodes))
                           if n is not None]
         return gpus, nodes
@@ -141,7 +152,20 @@ class DeviceLocator:
         if device.type not in ("c", "u") or device.major != NVIDIA_MAJOR:
             return None
         m = _NVIDIA_NODE.fullmatch(device.path)
-        return self._gpu_by_minor.get(device.minor) if m else None
+        if not m:
+            return None
+        if self._gpu_by_minor is None:
+            from nri_numa.runtime.device_grant import gpus_by_minor
+
+            self._gpu_by_minor = gpus_by_minor(self._topology, self._root)
+        return self._gpu_by_minor.get(device.minor)
+
+    def _cdi_registry(self) -> CdiRegistry:
+        if self._cdi is None:
+            from nri_numa.runtime.cdi import CdiRegistry
+
+            self._cdi = CdiRegistry()
+        return self._cdi
 
     def _pci_function(self, device: DeviceNode) -> _Found:
         address = self._cached_pci_address(device)
@@ -165,4 +189,6 @@ class DeviceLocator:
             target = os.path.realpath(link, strict=True)
         except OSError:
             return None
+        from nri_numa.topology.sysfs_read import pci_address_of
+
         return pci_address_of(target)

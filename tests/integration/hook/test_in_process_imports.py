@@ -1,0 +1,53 @@
+"""A hook run in process (no hook daemon) pays for every module it imports, at every container
+start (issue 16 item 2: ≤ 100 ms p50). createRuntime and poststop of a container without
+devices must not load what only precreate or a container with devices needs."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from nri_numa.topology.synthetic import preset_topology
+from tests.integration.hook.fake_host import FakeHost, oci_state, topology_file, write_bundle
+
+REPO = Path(__file__).resolve().parents[3]
+# Device grants, CDI specs and names, the driver's /proc files, podman's spec editing.
+DEVICE_AND_PRECREATE = {"nri_numa.runtime.device_grant", "nri_numa.runtime.cdi",
+                        "nri_numa.runtime.cdi_names", "nri_numa.topology.nvidia_proc",
+                        "nri_numa.topology.sysfs_read", "nri_numa.hook.precreate"}
+
+
+def run_traced(stage: str, args: list[str], stdin: bytes) -> set[str]:
+    """The modules a hook process imported, from the interpreter's -X importtime trace."""
+    done = subprocess.run([sys.executable, "-X", "importtime", "-m", "nri_numa", "hook", stage,
+                           *args], input=stdin, capture_output=True, text=False, cwd=REPO,
+                          timeout=120)
+    trace = done.stderr.decode(errors="replace")
+    assert done.returncode == 0, trace[-2000:]
+    return {line.rsplit("|", 1)[1].strip() for line in trace.splitlines()
+            if line.startswith("import time:") and line.count("|") == 2}
+
+
+def test_create_and_stop_in_process_load_no_device_or_precreate_modules(tmp_path):
+    topology = preset_topology("dgx-h100")  # GPUs and NICs: the device machinery is relevant
+    host = FakeHost(tmp_path / "host", 1, topology.online_cpus)
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps({"cpuManagerPolicy": "static", "reservedSystemCPUs": "0",
+                                  "topologyManagerPolicy": "single-numa-node"}))
+    args = ["--state-dir", str(tmp_path / "state"), "--config", str(config),
+            "--topology", str(topology_file(tmp_path, topology)),
+            "--cgroup-root", str(host.cgroup_root), "--proc-root", str(host.proc)]
+    bundle = write_bundle(host.base, "c1", 1)
+    host.start(4242, "/pods/c1")
+
+    created = run_traced("createRuntime", args, oci_state("c1", 4242, bundle))
+    assert "nri_numa.engine.admit" in created  # it did place the container
+    assert host.cpus("/pods/c1") != topology.online_cpus
+    assert not created & DEVICE_AND_PRECREATE
+
+    host.stop(4242)
+    stopped = run_traced("poststop", args, oci_state("c1", None, host.base))
+    assert "nri_numa.hook.stages" in stopped
+    assert not stopped & DEVICE_AND_PRECREATE
