@@ -32,11 +32,15 @@ def main(argv: list[str] | None = None) -> int:
         code = forward(given[1:])
         if code is not None:
             return code
-        if guard is not None:  # no daemon: the hook runs here, its command line loaded first
+        if guard is None:  # arguments argparse must judge (help, a bad option): every command's
+            code = _commands().main(argv)
+        else:  # no daemon: the hook runs here, with the hook's parser alone
             from nri_numa.hook.deadline import BURST_HINT
 
             guard.phase, guard.hint = "loading nri-numa's command line", BURST_HINT
-        code = _commands().main(argv)
+            from nri_numa.cli import dispatch, hook
+
+            code = dispatch.run((hook,), argv)
     if argv is None:  # the hook process itself, run by the runtime
         _exit_now(code)
     return code

@@ -1,6 +1,7 @@
 """A hook run in process (no hook daemon) pays for every module it imports, at every container
 start (issue 16 item 2: ≤ 100 ms p50). createRuntime and poststop of a container without
-devices must not load what only precreate or a container with devices needs."""
+devices must not load what only precreate or a container with devices needs, nor the other
+commands' parsers."""
 
 from __future__ import annotations
 
@@ -17,6 +18,9 @@ REPO = Path(__file__).resolve().parents[3]
 DEVICE_AND_PRECREATE = {"nri_numa.runtime.device_grant", "nri_numa.runtime.cdi",
                         "nri_numa.runtime.cdi_names", "nri_numa.topology.nvidia_proc",
                         "nri_numa.topology.sysfs_read", "nri_numa.hook.precreate"}
+# The other commands' parsers and modules: a hook run is parsed with the hook's parser alone.
+OTHER_COMMANDS = {"nri_numa.cli.main", "nri_numa.cli.run", "nri_numa.cli.explain",
+                  "nri_numa.cli.simulate", "nri_numa.cli.scheduler_extender"}
 
 
 def run_traced(stage: str, args: list[str], stdin: bytes) -> set[str]:
@@ -46,8 +50,18 @@ def test_create_and_stop_in_process_load_no_device_or_precreate_modules(tmp_path
     assert "nri_numa.engine.admit" in created  # it did place the container
     assert host.cpus("/pods/c1") != topology.online_cpus
     assert not created & DEVICE_AND_PRECREATE
+    assert "nri_numa.cli.hook" in created and not created & OTHER_COMMANDS
 
     host.stop(4242)
     stopped = run_traced("poststop", args, oci_state("c1", None, host.base))
     assert "nri_numa.hook.stages" in stopped
-    assert not stopped & DEVICE_AND_PRECREATE
+    assert not stopped & (DEVICE_AND_PRECREATE | OTHER_COMMANDS)
+
+
+def test_bad_hook_arguments_still_get_the_whole_parser(tmp_path):
+    """Arguments the hook client cannot judge go to every command's parser, as before."""
+    done = subprocess.run([sys.executable, "-m", "nri_numa", "hook", "createRuntime",
+                           "--no-such-option"], capture_output=True, text=True, cwd=REPO,
+                          timeout=60)
+    assert done.returncode == 2
+    assert "nri-numa: error: unrecognized arguments: --no-such-option" in done.stderr
