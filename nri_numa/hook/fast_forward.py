@@ -195,7 +195,9 @@ def _skip(text, i):
 def _string(text, i):
     try:
         return _json.scanstring(text, i, True)
-    except ValueError:
+    except (ValueError, SystemError):
+        # SystemError: under -I -S, with json not yet imported, scanstring fails to build its
+        # JSONDecodeError for a bad string and raises that instead; json then words it.
         raise NotPlain() from None
 
 
@@ -362,6 +364,11 @@ def forward(args, stdin_fd=0):
     try:
         run.phase = "looking for the hook daemon"
         path = join(state_dir, SOCKET_NAME)
+        try:  # a closed stdin, before the socket can take its number and be read as it
+            posix.fstat(stdin_fd)
+            no_stdin = None
+        except OSError as e:
+            no_stdin = e
         conn = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
         try:
             conn.settimeout(max(run.left(), 0.001))
@@ -375,6 +382,8 @@ def forward(args, stdin_fd=0):
             options["started"] = time.time() - (time.monotonic() - run.started)
             try:
                 run.phase = "reading the OCI state on stdin"
+                if no_stdin is not None:
+                    raise no_stdin
                 request = encode_request(stage, read_stdin(stdin_fd), options)
                 run.phase, run.hint = "waiting for the hook daemon's answer", DAEMON_HINT
                 conn.settimeout(max(run.left(), 0.001))

@@ -969,6 +969,13 @@ int main(int argc, char **argv) {
         die("cannot reach the hook daemon at %s: AF_UNIX path too long", socket_path);
     memcpy(addr.sun_path, socket_path, strlen(socket_path) + 1);
     conn = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    if (conn >= 0 && conn <= 2) {
+        /* A runtime that closed stdin (or stdout, stderr) must not have the socket read or
+         * written as that: a closed stdin then reads as one, EBADF. */
+        int moved = fcntl(conn, F_DUPFD_CLOEXEC, 3);
+        close(conn);
+        conn = moved;
+    }
     if (conn < 0)
         die("cannot reach the hook daemon at %s: [Errno %d] %s", socket_path, errno,
             strerror(errno));
