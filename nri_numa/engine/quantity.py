@@ -26,9 +26,12 @@ from __future__ import annotations
 import json
 import math
 import re
-from fractions import Fraction
+from typing import TYPE_CHECKING
 
 from nri_numa.safeio.bounds import quote
+
+if TYPE_CHECKING:
+    from fractions import Fraction
 
 MAX_INT64 = 2**63 - 1
 MAX_QUANTITY_LENGTH = 100
@@ -59,6 +62,10 @@ def parse_quantity(value: str | int | float) -> Fraction:
     Accepts the string form, and ints and finite floats as YAML or JSON numbers give them
     (``cpu: 2``, ``cpu: 0.5``), which is how the API server reads numbers too.
     """
+    # Imported here (with decimal, which it loads): a hook process that reads no quantity,
+    # as createRuntime and poststop do not, never pays for them.
+    from fractions import Fraction
+
     text = _as_text(value)
     match = _NUMBER.fullmatch(text)
     assert match is not None  # the pattern matches every string
@@ -143,6 +150,8 @@ def _as_text(value: object) -> str:
 
 
 def _apply_suffix(mantissa: Fraction, suffix: str, text: str) -> Fraction:
+    from fractions import Fraction
+
     if suffix in BINARY_SUFFIXES:
         return mantissa * BINARY_SUFFIXES[suffix]
     if suffix in DECIMAL_SUFFIXES:

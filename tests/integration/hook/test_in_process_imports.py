@@ -51,6 +51,7 @@ def test_create_and_stop_in_process_load_no_device_or_precreate_modules(tmp_path
     assert host.cpus("/pods/c1") != topology.online_cpus
     assert not created & DEVICE_AND_PRECREATE
     assert "nri_numa.cli.hook" in created and not created & OTHER_COMMANDS
+    assert not created & {"fractions", "decimal"}  # no quantity is read: they load on first use
 
     host.stop(4242)
     stopped = run_traced("poststop", args, oci_state("c1", None, host.base))
