@@ -45,11 +45,17 @@ def container_id(spec: Mapping[str, Any]) -> str:
 
 
 FAST_CLIENT = "nri_numa/hook/fast_client.py"  # run by path (docs/oci-hook.md, "The fast path")
+C_CLIENT = "nri-numa-hook-client"  # the compiled client (docs/oci-hook.md, "The C client")
+
+
+def _is_hook_client(arg: str) -> bool:
+    return arg in ("hook", C_CLIENT) or arg.endswith((FAST_CLIENT, "/" + C_CLIENT))
 
 
 def has_claiming_hook(spec: Mapping[str, Any]) -> bool:
-    """Whether the spec runs ``nri-numa hook createRuntime`` (or ``prestart``), or the fast
-    client ``python3 -I -S …/nri_numa/hook/fast_client.py createRuntime``."""
+    """Whether the spec runs ``nri-numa hook createRuntime`` (or ``prestart``), the fast
+    client ``python3 -I -S …/nri_numa/hook/fast_client.py createRuntime`` or the C client
+    ``…/nri-numa-hook-client createRuntime``."""
     hooks = spec.get("hooks")
     if not isinstance(hooks, dict):
         return False
@@ -57,8 +63,7 @@ def has_claiming_hook(spec: Mapping[str, Any]) -> bool:
         for hook in hooks.get(stage) or ():
             args = hook.get("args") if isinstance(hook, dict) else None
             if isinstance(args, list) and any(
-                    isinstance(a, str) and (a == "hook" or a.endswith(FAST_CLIENT))
-                    and b in CLAIMING_STAGES for a, b in zip(args, args[1:])):
+                    isinstance(a, str) and _is_hook_client(a) and b in CLAIMING_STAGES for a, b in zip(args, args[1:])):
                 return True
     return False
 

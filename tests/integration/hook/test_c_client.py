@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import random
 import re
+import shutil
 import socket
 import subprocess
 import sys
@@ -261,3 +262,41 @@ def test_the_constants_are_the_python_clients():
         assert f'"{stage}"' in source
     for flag, key in fast_forward.VALUE_OPTIONS.items():
         assert f'{{"{flag}", "{key}"}}' in source
+
+
+def test_the_installed_package_carries_the_source_and_builds_it_without_the_tree(
+        tmp_path, c_client_binary):
+    """setuptools' build_py of a copy of the project (what a wheel holds) has the C file as
+    package data, and the build command run from there, outside any checkout, makes a client
+    that forwards (the compiler is there: the fixture built one)."""
+    project = tmp_path / "project"
+    project.mkdir()
+    for name in ("pyproject.toml", "README.md"):
+        (project / name).write_bytes((REPO / name).read_bytes())
+    shutil.copytree(REPO / "nri_numa", project / "nri_numa",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    lib = tmp_path / "lib"
+    subprocess.run([sys.executable, "-c", "from setuptools import setup; setup()", "-q",
+                    "build_py", "--build-lib", str(lib)], cwd=project, check=True,
+                   capture_output=True)
+    assert (lib / "nri_numa" / "hook" / "c_client" / "nri-numa-hook-client.c").is_file()
+    built = tmp_path / "bin" / "client"
+    built.parent.mkdir()
+    done = subprocess.run([sys.executable, "-I", "-m", "nri_numa.hook.c_client", "--output",
+                           str(built)], cwd=lib, capture_output=True, text=True)
+    assert (done.returncode, done.stdout.strip()) == (0, str(built)), done.stderr
+    state = tmp_path / "state"
+    request = request_of([str(built)], ["poststop", "--state-dir", str(state)], b"{}", state)
+    assert json.loads(request)["stage"] == "poststop"
+
+
+def test_a_build_that_cannot_be_done_says_why_in_one_line(tmp_path, c_client_binary):
+    for args, said in ((["--cc", "no-such-cc"], "no C compiler found (no-such-cc)"),
+                       (["--python", "python3"], "is not an absolute path"),
+                       (["--python", '/o/"x'], "holds a character this build does not quote"),
+                       (["--output", str(tmp_path / "none" / "x")], "is not a folder")):
+        done = subprocess.run([sys.executable, "-m", "nri_numa.hook.c_client", *args],
+                              capture_output=True, text=True, cwd=REPO)
+        assert done.returncode == 1 and done.stdout == ""
+        [line] = done.stderr.splitlines()
+        assert line.startswith("nri-numa hook client: ") and said in line

@@ -21,6 +21,19 @@ FAST_CLIENT = "nri_numa/hook/fast_client.py"
 VENV = "/opt/nri-numa/venv/"  # where packaging/README.md installs nri-numa
 
 
+C_CLIENT_FILES = HOOKS / "c-client"
+
+
+def c_client_command(hook: dict) -> list[str]:
+    """The ``nri-numa`` arguments a hook of hooks/c-client runs: the C client, at the path
+    ``python -m nri_numa.hook.c_client`` builds it to for the venv's interpreter."""
+    from nri_numa.hook.c_client import default_output
+
+    path, args = hook["path"], hook["args"]
+    assert path == str(default_output(VENV + "bin/python3")) and args[0] == path
+    return ["hook", *args[1:]]
+
+
 def hook_command(hook: dict) -> list[str]:
     """The ``nri-numa`` arguments a shipped hook runs: every file runs the fast client, run by
     path from the interpreter nri-numa is installed in, with ``-I -S`` (docs/oci-hook.md).
@@ -86,3 +99,28 @@ def test_the_example_configuration_turns_the_static_cpu_manager_on():
     for name in HOOKS_D:
         hook = json.loads((HOOKS / name).read_text())["hook"]
         assert build_parser().parse_args(hook_command(hook)).config.endswith(".json")
+
+
+def as_python_client(hook: dict) -> dict:
+    """A C client's hook as the same hook through the Python fast client."""
+    python = VENV + "bin/python3"
+    client = VENV + "lib/python3.11/site-packages/" + FAST_CLIENT
+    return {**hook, "path": python, "args": [python, "-I", "-S", client, *hook["args"][1:]]}
+
+
+@pytest.mark.parametrize("name, stage", HOOKS_D.items())
+def test_the_c_client_files_are_the_python_ones_but_for_the_command(name, stage):
+    ours = json.loads((C_CLIENT_FILES / name).read_text())
+    args = build_parser().parse_args(c_client_command(ours["hook"]))
+    assert (args.command, args.stage) == ("hook", stage)
+    assert {**ours, "hook": as_python_client(ours["hook"])} == \
+        json.loads((HOOKS / name).read_text())
+
+
+def test_the_c_client_runc_hooks_are_the_runc_examples_but_for_the_command():
+    ours = json.loads((C_CLIENT_FILES / "runc-hooks.example.json").read_text())["hooks"]
+    theirs = json.loads((HOOKS / "runc-config.example.json").read_text())["hooks"]
+    assert set(ours) == set(theirs) == {"createRuntime", "poststop"}
+    for stage, [hook] in ours.items():
+        assert build_parser().parse_args(c_client_command(hook)).stage == stage
+        assert [as_python_client(hook)] == theirs[stage]

@@ -53,6 +53,14 @@ def _hook(*args: str) -> dict:
         "/v/bin/python3", "-I", "-S", "/v/lib/nri_numa/hook/fast_client.py", "poststop"]}]},
      False),
     ({"createRuntime": [{"path": "/x", "args": ["x", 3, "createRuntime"]}]}, False),
+    ({"createRuntime": [{"path": "/v/bin/nri-numa-hook-client", "args": [
+        "/v/bin/nri-numa-hook-client", "createRuntime", "--config", "/c"]}]}, True),
+    ({"prestart": [{"path": "/v/bin/nri-numa-hook-client", "args": [
+        "nri-numa-hook-client", "prestart"]}]}, True),
+    ({"createRuntime": [{"path": "/v/bin/nri-numa-hook-client", "args": [
+        "/v/bin/nri-numa-hook-client", "poststop"]}]}, False),
+    ({"createRuntime": [{"path": "/v/bin/x", "args": [
+        "/v/bin/not-nri-numa-hook-client", "createRuntime"]}]}, False),
 ])
 def test_the_claiming_hook_must_be_in_the_spec(hooks, claims):
     assert has_claiming_hook({"hooks": hooks}) is claims
