@@ -66,6 +66,9 @@ def test_encoded_updates_are_the_messages_built_one_at_a_time() -> None:
     wire = translate.updates_wire(api.CreateContainerResponse.UPDATE_FIELD_NUMBER, ids, pool)
     reply = api.CreateContainerResponse.FromString(wire)
     assert list(reply.update) == [translate.cpuset_update(i, pool) for i in ids]
+    same_length = [f"{i:064x}" for i in range(5)]  # as runtimes make ids: the one-join path
+    reply = api.CreateContainerResponse.FromString(translate.updates_wire(2, same_length, pool))
+    assert list(reply.update) == [translate.cpuset_update(i, pool) for i in same_length]
     assert translate.updates_wire(1, [], pool) == b""
     skipped = api.UpdateContainersRequest.FromString(translate.updates_wire(1, ids, pool, "a"))
     assert [u.container_id for u in skipped.update] == ids[1:]
