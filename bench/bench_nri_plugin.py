@@ -18,8 +18,9 @@ Run from the repository root:
     requests: the baseline, a plugin process whose handlers answer at once with nothing (the
     wire, framing and protobuf on both sides: bench/empty_plugin.py); `nri-numa run` with its
     state folder on disk (``--disk-dir``) and on tmpfs (``--tmpfs-dir``); and the handler alone,
-    called directly in this process (no wire), with its checkpoint write timed on its own and
-    the CreateContainer handler's CPU time (this thread's). For the plugin processes it also
+    called directly in this process (no wire), with its state write (the event's journal record,
+    now and then a new snapshot) timed on its own and the CreateContainer handler's CPU time
+    (this thread's). For the plugin processes it also
     prints their CPU time per cycle (one creation, one stop, one removal, from /proc) and their
     resident memory idle (connected, nothing placed) and with the size's containers placed.
     Targets, on the median of the rounds of `nri-numa run`: p50 <= 2 ms, p99 <= 10 ms.

@@ -81,7 +81,6 @@ class PluginCheckpoint:
         self.store = store
         self.journal_path = store.dir / JOURNAL_NAME
         self._fd: int | None = None  # the journal being appended to; None: compact next
-        self._token: str | None = None
         self._seq = 0
         self.journal_bytes = 0
         self.snapshot_bytes = 0
@@ -106,8 +105,8 @@ class PluginCheckpoint:
         compacts first (``appendable`` is False)."""
         self.close()
         payload = self.store.load()  # a bad snapshot is set aside in there
-        if payload is None:
-            self._set_journal_aside("its snapshot is missing or was set aside")
+        if payload is None:  # its warning, if any, is the snapshot's: one line
+            self._set_journal_aside("its snapshot is missing or was set aside", warn=False)
             return None
         try:
             data = self._read_journal()
@@ -191,7 +190,7 @@ class PluginCheckpoint:
                         "writes the snapshot again", self.journal_path,
                         getattr(e, "strerror", None) or e)
             return
-        self._fd, self._token, self._seq = fd, token, 0
+        self._fd, self._seq = fd, 0
         self.journal_bytes = journal.FRAME_BYTES + len(header)
 
     def close(self) -> None:
@@ -225,9 +224,8 @@ class PluginCheckpoint:
             except OSError as e:
                 log.warning("cannot set %s aside: %s", self.journal_path, e.strerror)
                 return
-            if warn:
-                log.warning("journal %s set aside as %s: %s", self.journal_path,
-                            self.store.dir / name, reason)
+            (log.warning if warn else log.info)("journal %s set aside as %s: %s",
+                                                self.journal_path, self.store.dir / name, reason)
         finally:
             os.close(folder)
 

@@ -288,3 +288,22 @@ def test_a_journal_of_another_snapshot_is_ignored(state_dir: Path) -> None:
         + frame(b'{"ops":[["pods","uid-g",null]],"seq":1}'))
     # The snapshot still names its own journal: only the one on disk is another's.
     assert in_memory(plugin_at(state_dir)) == state and on_disk(state_dir) == state
+
+
+def test_after_a_reboot_snapshot_and_journal_go_aside_with_one_warning(state_dir: Path,
+                                                                        caplog) -> None:
+    from nri_numa.engine.config_reader import config_from_mapping
+    from tests.integration.nri.plugin_env import CONFIG
+    earlier = NumaPlugin(machine(), config_from_mapping({**CONFIG, **MEMORY}), CheckpointStore(
+        state_dir, machine_fingerprint(machine()), boot_id="an-earlier-boot"))
+    for name in ("a", "b"):
+        sandbox = msg.pod(name)
+        earlier.create_container(msg.create(sandbox, msg.guaranteed(sandbox, "app", 1)))
+    assert (state_dir / "checkpoint.journal").stat().st_size > 100  # b is a journal record
+    with caplog.at_level(logging.INFO):
+        assert not plugin_at(state_dir).containers
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1 and "written before the machine last started" in warnings[0]
+    aside = sorted(p.name.split(".corrupt-")[0] for p in state_dir.iterdir()
+                   if ".corrupt-" in p.name)
+    assert aside == ["checkpoint.journal", "checkpoint.json"]
