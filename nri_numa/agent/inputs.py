@@ -11,7 +11,6 @@ the agent, the hook and the CLI; only the agent reads it (``read_config_document
 
 from __future__ import annotations
 
-import difflib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -94,13 +93,18 @@ def config_document(text: str, where: str) -> ConfigDocument:
         raise InputFileError(f"{where}: {join_problems(e.problems)}") from None
 
 
+def _like_settings_key(key: str) -> bool:
+    import difflib  # only for an unknown key: a hook process reads its configuration every run
+
+    return bool(difflib.get_close_matches(key.lower(), [SETTINGS_KEY.lower()], cutoff=0.75))
+
+
 def _check_settings_key_spelling(mapping: dict, where: str) -> None:
     # The engine lists only its own keys: a misspelt nriNuma would be named without the hint.
     from nri_numa.engine.config_reader import KNOWN_KEYS
 
     for key in mapping:
-        if (isinstance(key, str) and key not in KNOWN_KEYS
-                and difflib.get_close_matches(key.lower(), [SETTINGS_KEY.lower()], cutoff=0.75)):
+        if isinstance(key, str) and key not in KNOWN_KEYS and _like_settings_key(key):
             raise InputFileError(f"{where}: unknown key {quote(key)}; did you mean {SETTINGS_KEY}? "
                                  f"(the agent's settings go in a {SETTINGS_KEY}: map)")
 

@@ -9,7 +9,6 @@ value into an ``EngineConfig`` field. ``config_from_mapping`` reads an already-p
 
 from __future__ import annotations
 
-import difflib
 import re
 from collections.abc import Callable, Mapping
 from enum import StrEnum
@@ -92,6 +91,8 @@ class _KeyProblem(Exception):
 
 
 def _unknown_key(key: Any, listed: bool = True) -> str:
+    import difflib  # only for an unknown key: a hook process reads its configuration every run
+
     # A key longer than any known one is no typo of one: difflib is not asked.
     text = key if isinstance(key, str) else quote(key)
     # The kubelet's other keys are candidates too: "evictonHard" is a typo of one of them.
