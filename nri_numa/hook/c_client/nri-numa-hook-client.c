@@ -63,7 +63,6 @@ static double started;        /* CLOCK_MONOTONIC seconds at the process's start 
 static const char *phase = "starting up (Python and nri-numa)";
 static const char *hint = "";
 static char log_path[8192];
-static int failing; /* the failure line is being written: no second give-up */
 
 /* ---- time ---------------------------------------------------------------------------- */
 
@@ -158,6 +157,7 @@ struct buf {
 };
 
 static void die(const char *fmt, ...);
+static int failing; /* the failure line is being written: no second failure */
 
 static void put(struct buf *b, const char *s, size_t n) {
     if (b->len + n + 1 > b->cap) {
@@ -165,6 +165,8 @@ static void put(struct buf *b, const char *s, size_t n) {
         while (b->len + n + 1 > cap)
             cap *= 2;
         char *grown = realloc(b->data, cap);
+        if (!grown && failing)
+            _exit(1); /* no memory left even for the failure line */
         if (!grown)
             die("out of memory");
         b->data = grown;
@@ -214,14 +216,12 @@ static int open_folder(const char *path) {
     while (n && parent[n - 1] == '/')
         parent[--n] = 0;
     char *slash = strrchr(parent, '/');
-    if (slash && slash != parent) {
+    if (slash && slash != parent) { /* a parent other than "/" or "." may be missing too */
         *slash = 0;
         int up = open_folder(parent);
         if (up < 0)
             return -1;
         close(up);
-    } else if (slash) { /* the parent is "/" */
-        ;
     }
     if (mkdir(path, 0700) < 0 && errno != EEXIST)
         return -1;
@@ -957,6 +957,9 @@ int main(int argc, char **argv) {
     started = process_started();
     const char *state_dir = option("state_dir") ? option("state_dir") : DEFAULT_STATE_DIR;
     const char *log_file = option("log_file");
+    if (strlen(state_dir) + sizeof LOG_NAME + 1 >= sizeof log_path ||
+        (log_file && strlen(log_file) >= sizeof log_path))
+        return run_full_hook(argc, argv); /* past PATH_MAX: the full hook words the error */
     if (log_file && *log_file)
         snprintf(log_path, sizeof log_path, "%s", log_file);
     else
