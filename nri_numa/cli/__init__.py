@@ -41,13 +41,14 @@ def _hook(given: list[str], argv: list[str] | None) -> int:
             return code
         if guard is None:  # arguments argparse must judge (help, a bad option): every command's
             code = _commands().main(argv)
-        else:  # no daemon: the hook runs here, with the hook's parser alone
+        else:  # no daemon: the hook runs here, with the hook's parser alone, or none
             from nri_numa.hook.deadline import BURST_HINT
 
             guard.phase, guard.hint = "loading nri-numa's command line", BURST_HINT
             from nri_numa.cli import dispatch, hook
 
-            code = dispatch.run((hook,), argv)
+            args = hook.plain_args(given[1:])
+            code = dispatch.run((hook,), argv) if args is None else dispatch.run_parsed(args)
     return code
 
 

@@ -3,25 +3,31 @@ one-line errors every command shares.
 
 ``nri_numa.cli.main`` does so with every command. A hook run that no daemon took runs here with
 the hook's parser alone (``nri_numa.cli.__init__``): building the other nine commands' parsers,
-and importing their modules, cost each in-process hook run ~15 ms on a 2-CPU VM."""
+and importing their modules, cost each in-process hook run ~15 ms on a 2-CPU VM. Plain hook
+arguments, read as argparse would read them, skip argparse too (``run_parsed``)."""
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 from collections.abc import Sequence
 from types import ModuleType
+from typing import TYPE_CHECKING, Any
 
 from nri_numa import __version__
 from nri_numa.cli.errors import CliError
 from nri_numa.safeio.bounds import LINE_LIMIT, one_line
+
+if TYPE_CHECKING:
+    import argparse
 
 DEBUG_ENV = "NRI_NUMA_DEBUG"  # set (to anything): an internal error prints its traceback
 
 
 def build_parser(commands: Sequence[ModuleType]) -> argparse.ArgumentParser:
     """``nri-numa``'s parser with these commands (modules with ``add_parser``), in this order."""
+    import argparse  # with gettext, locale and shutil: not for a plain hook run (plain_args)
+
     parser = argparse.ArgumentParser(
         prog="nri-numa",
         description="NUMA-aligned CPUs, memory and devices for containers.")
@@ -34,7 +40,12 @@ def build_parser(commands: Sequence[ModuleType]) -> argparse.ArgumentParser:
 
 def run(commands: Sequence[ModuleType], argv: list[str] | None = None) -> int:
     """Parse ``argv`` (default: the process's) and run the command's handler."""
-    args = build_parser(commands).parse_args(argv)
+    return run_parsed(build_parser(commands).parse_args(argv))
+
+
+def run_parsed(args: Any) -> int:
+    """Run ``args.func(args)``: arguments parsed by ``build_parser``'s parser, or read as it
+    would read them (``nri_numa.cli.hook.plain_args``)."""
     _escape_what_cannot_be_written()
     try:
         return args.func(args)

@@ -18,7 +18,8 @@ REPO = Path(__file__).resolve().parents[3]
 DEVICE_AND_PRECREATE = {"nri_numa.runtime.device_grant", "nri_numa.runtime.cdi",
                         "nri_numa.runtime.cdi_names", "nri_numa.topology.nvidia_proc",
                         "nri_numa.topology.sysfs_read", "nri_numa.hook.precreate"}
-# The other commands' parsers and modules: a hook run is parsed with the hook's parser alone.
+# The other commands' parsers and modules: a hook run is parsed with the hook's parser alone,
+# or, with plain arguments, without argparse.
 OTHER_COMMANDS = {"nri_numa.cli.main", "nri_numa.cli.run", "nri_numa.cli.explain",
                   "nri_numa.cli.simulate", "nri_numa.cli.scheduler_extender"}
 
@@ -51,6 +52,7 @@ def test_create_and_stop_in_process_load_no_device_or_precreate_modules(tmp_path
     assert host.cpus("/pods/c1") != topology.online_cpus
     assert not created & DEVICE_AND_PRECREATE
     assert "nri_numa.cli.hook" in created and not created & OTHER_COMMANDS
+    assert "argparse" not in created  # plain arguments: read as argparse would, without it
     assert not created & {"fractions", "decimal"}  # no quantity is read: they load on first use
 
     host.stop(4242)
