@@ -177,3 +177,18 @@ def _not_a_folder(path: Path) -> str:
 
 def _size(limit: int) -> str:
     return f"{limit >> 20} MiB" if limit >= 1 << 20 and not limit % (1 << 20) else f"{limit} bytes"
+
+
+def write_all(fd: int, data: bytes) -> None:
+    """``os.write`` until all of ``data`` is written (a write may take only part of it)."""
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+
+
+def unlink_quietly(name: str, folder: int) -> None:
+    """Remove ``name`` in the open ``folder`` when it is there; clean-up never fails a write."""
+    try:
+        os.unlink(name, dir_fd=folder)
+    except OSError:
+        pass

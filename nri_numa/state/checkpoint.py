@@ -184,7 +184,7 @@ class CheckpointStore:
                     # (auto_da_alloc), while the runtime waits for the answer. That was a third
                     # of a write on disk.
                     os.posix_fallocate(fd, 0, len(data))
-                    _write_all(fd, data)
+                    safe_files.write_all(fd, data)
                     if self._fsync:
                         os.fsync(fd)
                 finally:
@@ -193,7 +193,7 @@ class CheckpointStore:
                 # writes through nothing.
                 os.replace(temp, FILE_NAME, src_dir_fd=folder, dst_dir_fd=folder)
             except OSError as e:
-                _unlink_quietly(temp, folder)
+                safe_files.unlink_quietly(temp, folder)
                 raise CheckpointError(f"cannot write {self.path}: {e.strerror}") from None
             if self._fsync:
                 self._fsync_dir(folder)
@@ -246,7 +246,7 @@ class CheckpointStore:
             try:
                 return folder, os.open(temp, flags, 0o600, dir_fd=folder)
             except FileExistsError:
-                _unlink_quietly(temp, folder)
+                safe_files.unlink_quietly(temp, folder)
             except OSError as e:  # the folder was removed after we opened it: made again
                 error = e
             os.close(folder)
@@ -280,7 +280,7 @@ class CheckpointStore:
         # Left by a kill between creating the temp file and the rename; never the live file.
         for name in os.listdir(folder):
             if name.startswith(_TEMP_PREFIX):
-                _unlink_quietly(name, folder)
+                safe_files.unlink_quietly(name, folder)
 
 
 def current_boot_id() -> str | None:
@@ -328,15 +328,3 @@ def _short(value: Any) -> str:
     text = " ".join(repr(value).split())
     return text if len(text) <= 40 else text[:37] + "..."
 
-
-def _write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view):]
-
-
-def _unlink_quietly(name: str, folder: int) -> None:
-    try:
-        os.unlink(name, dir_fd=folder)
-    except OSError:
-        pass

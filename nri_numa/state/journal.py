@@ -119,18 +119,18 @@ def create(name: str, folder: int, header: bytes, *, sync: bool) -> int:
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
     fd = os.open(temp, flags, 0o600, dir_fd=folder)
     try:
-        write_all(fd, frame(header))
+        safe_files.write_all(fd, frame(header))
         if sync:
             os.fsync(fd)
     except BaseException:
         os.close(fd)
-        _unlink_quietly(temp, folder)
+        safe_files.unlink_quietly(temp, folder)
         raise
     try:
         os.replace(temp, name, src_dir_fd=folder, dst_dir_fd=folder)
     except BaseException:
         os.close(fd)
-        _unlink_quietly(temp, folder)
+        safe_files.unlink_quietly(temp, folder)
         raise
     # The descriptor of the temp file is the new journal's: appends continue at its end.
     fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) | os.O_APPEND)
@@ -149,7 +149,7 @@ def append(fd: int, body: bytes, *, sync: bool) -> int:
     data = frame(body)
     before = os.lseek(fd, 0, os.SEEK_END)
     try:
-        write_all(fd, data)
+        safe_files.write_all(fd, data)
         if sync:
             os.fdatasync(fd)
     except OSError:
@@ -160,15 +160,3 @@ def append(fd: int, body: bytes, *, sync: bool) -> int:
         raise
     return len(data)
 
-
-def write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view):]
-
-
-def _unlink_quietly(name: str, folder: int) -> None:
-    try:
-        os.unlink(name, dir_fd=folder)
-    except OSError:
-        pass

@@ -253,9 +253,9 @@ def _append_in_two(fd: int, body: bytes) -> int:
     plugin is killed there."""
     data = journal.frame(body)
     half = len(data) // 2
-    journal.write_all(fd, data[:half])
+    safe_files.write_all(fd, data[:half])
     _pause_here("NRI_NUMA_TEST_PAUSE_APPEND")
-    journal.write_all(fd, data[half:])
+    safe_files.write_all(fd, data[half:])
     return len(data)
 
 
