@@ -26,7 +26,8 @@ from pathlib import Path
 from typing import Any
 
 from nri_numa.agent.inputs import InputFileError, read_text, yaml_documents
-from nri_numa.safeio.bounds import quote, quote_some
+from nri_numa.safeio.bounds import quote
+from nri_numa.safeio.documents import known_mapping
 
 HEALTHY, UNHEALTHY = "Healthy", "Unhealthy"
 MAX_ID_LENGTH = 63  # the kubelet's limit on a device id
@@ -134,10 +135,4 @@ def _device_id(value: Any, where: str) -> str:
 
 
 def _mapping(data: Any, where: str, keys: set[str]) -> Mapping[str, Any]:
-    if not isinstance(data, Mapping):
-        raise DeviceListError(f"{where} must be a mapping, not {type(data).__name__}")
-    unknown = [k for k in data if k not in keys]
-    if unknown:
-        raise DeviceListError(f"{where}: unknown keys {quote_some(unknown)} "
-                              f"(known: {', '.join(sorted(keys))})")
-    return data
+    return known_mapping(data, where, keys, DeviceListError)

@@ -30,7 +30,8 @@ from typing import Any
 
 from nri_numa.agent.inputs import InputFileError, read_text, yaml_documents
 from nri_numa.podresources.pb import api_pb2 as pr
-from nri_numa.safeio.bounds import quote, quote_some
+from nri_numa.safeio.bounds import quote
+from nri_numa.safeio.documents import known_mapping
 
 GET_MODES = ("enabled", "disabled", "unimplemented")
 
@@ -125,13 +126,7 @@ def _devices(data: Any, where: str) -> pr.ContainerDevices:
 
 
 def _mapping(data: Any, where: str, keys: set[str]) -> Mapping[str, Any]:
-    if not isinstance(data, Mapping):
-        raise FakeStateError(f"{where} must be a mapping, not {type(data).__name__}")
-    unknown = [k for k in data if k not in keys]
-    if unknown:
-        raise FakeStateError(f"{where}: unknown keys {quote_some(unknown)} (known: "
-                             f"{', '.join(sorted(keys))})")
-    return data
+    return known_mapping(data, where, keys, FakeStateError)
 
 
 def _list(data: Any, where: str) -> list[Any]:

@@ -17,9 +17,11 @@ outside that set is refused.
 from __future__ import annotations
 
 import json
+from collections.abc import Collection, Mapping
 from typing import Any
 
-from nri_numa.safeio.bounds import MAX_DEPTH, MAX_DIGITS, MAX_NODES, BoundError, check_tree, quote
+from nri_numa.safeio.bounds import (MAX_DEPTH, MAX_DIGITS, MAX_NODES, BoundError, check_tree, quote,
+                                    quote_some)
 
 _YAML = "tag:yaml.org,2002:"
 PLAIN_TAGS = frozenset(_YAML + t for t in ("str", "int", "float", "bool", "null", "seq", "map",
@@ -263,3 +265,16 @@ def documents(text: str, where: str) -> list[Any]:
         except NotParsedError:
             pass  # YAML flow style is not always JSON: let the YAML parser judge it
     return load_yaml(text, where)
+
+
+def known_mapping(data: Any, where: str, keys: Collection[str],
+                  error: type[Exception]) -> Mapping[str, Any]:
+    """``data`` when it is a mapping with only ``keys``; else ``error`` with one line naming
+    ``where`` and the unknown keys (quoted: a key may be any text)."""
+    if not isinstance(data, Mapping):
+        raise error(f"{where} must be a mapping, not {type(data).__name__}")
+    unknown = [k for k in data if k not in keys]
+    if unknown:
+        raise error(f"{where}: unknown keys {quote_some(unknown)} (known: "
+                    f"{', '.join(sorted(keys))})")
+    return data
