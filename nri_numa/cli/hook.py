@@ -139,7 +139,7 @@ def cmd_hook(args: argparse.Namespace) -> int:
         except ValueError as e:
             raise CliError(str(e)) from None
         # run's own timer takes over from the guard, with the same deadline.
-        return run(options, sys.stdin.buffer, sys.stdout, sys.stderr, started=started,
+        return run(options, deadline.standard_input(), sys.stdout, sys.stderr, started=started,
                    timeout_hint=deadline.BURST_HINT)
     finally:
         slots.release(turn)

@@ -237,4 +237,4 @@ def _fail(stderr: Any, stage: str, reason: str, guard: deadline.Guard | None = N
 
 
 def main(args: list[str]) -> int | None:
-    return forward(args, sys.stdin.buffer, sys.stdout, sys.stderr, deadline.ACTIVE)
+    return forward(args, deadline.standard_input(), sys.stdout, sys.stderr, deadline.ACTIVE)

@@ -38,6 +38,19 @@ _START_TIME_FIELD = 22  # /proc/PID/stat, 1-based as proc(5) counts; clock ticks
 ACTIVE: Guard | None = None  # the guard of the hook command running in this process
 
 
+class _ClosedInput:
+    """What a hook reads when it was started with stdin closed (``<&-``): Python then has no
+    ``sys.stdin``; reading fails as reading fd 0 would, so the run ends with one line."""
+
+    def read(self, size: int = -1) -> bytes:
+        raise OSError(9, "Bad file descriptor")
+
+
+def standard_input() -> Any:
+    """The hook's stdin as bytes, or a stand-in that fails to read when stdin is closed."""
+    return sys.stdin.buffer if sys.stdin is not None else _ClosedInput()
+
+
 def process_age() -> float:
     """Seconds since this process was created; 0.0 when the kernel cannot tell."""
     try:

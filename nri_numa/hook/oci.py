@@ -82,7 +82,10 @@ def read_spec(bundle: str) -> dict[str, Any]:
 
 def read_input(stream: Any) -> bytes:
     """All of a hook's stdin (binary), refusing absurd sizes rather than filling memory."""
-    raw = stream.read(MAX_INPUT_BYTES + 1)
+    try:
+        raw = stream.read(MAX_INPUT_BYTES + 1)
+    except OSError as e:
+        raise HookInputError(f"cannot read stdin: {e}") from None
     if len(raw) > MAX_INPUT_BYTES:
         raise HookInputError(f"stdin holds more than {MAX_INPUT_BYTES} bytes")
     return raw
