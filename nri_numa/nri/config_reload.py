@@ -61,6 +61,9 @@ class ConfigReloader:
         self._watch = watch
         self._poll = poll
         self._stopping = threading.Event()
+        # Taken now, not when the thread first runs: a change made between the start's read
+        # and a late-scheduled thread would otherwise become the baseline and be missed.
+        self._seen = _identity(path)
         self._thread = threading.Thread(target=self._serve, name="config-reload", daemon=True)
 
     def start(self) -> None:
@@ -71,7 +74,7 @@ class ConfigReloader:
         self._thread.join(timeout=5)
 
     def _serve(self) -> None:
-        seen = _identity(self._path)
+        seen = self._seen
         while not self._stopping.is_set():
             if self._requested.wait(min(self._poll, 0.5)):
                 self._requested.clear()
