@@ -29,6 +29,7 @@ from nri_numa.engine.admit import admit
 from nri_numa.engine.context import EngineContext
 from nri_numa.engine.manifest import pod_from_manifest
 from nri_numa.extender.verbs import CHOSEN_NUMA_ANNOTATION
+from nri_numa.runtime.to_request import with_scheduled_numa
 from nri_numa.topology import discover
 from nri_numa.topology.cpulist import parse_list
 from nri_numa.topology.model import Topology
@@ -227,7 +228,10 @@ def test_a_burst_of_50_pods_over_commits_no_node(extender_lab: ExtenderLab, kube
         ctx = EngineContext.build(state.topology, state.config)
         replay, by_uid = ctx.empty_allocations(), {o["metadata"]["uid"]: o for o in objs}
         for uid in state.allocations.pods:
-            result = admit(ctx, replay, pod_from_manifest(by_uid[uid]))
+            # As the node admitted it: inside the NUMA nodes the extender chose, while they fit.
+            request, _ = with_scheduled_numa(pod_from_manifest(by_uid[uid]),
+                                             (n.id for n in state.topology.numa_nodes))
+            result = admit(ctx, replay, request)
             assert result.decision.admitted, f"{node} over-committed: {result.decision.rejection}"
             replay = result.allocations
             # ... and each pod sits on the NUMA nodes the extender chose for it.
