@@ -1,5 +1,6 @@
 """A captured real machine (tests/fixtures/real-*-vm) as a root discovery can read: its sysfs
-tarball unpacked, with a fake NVML that gives the NVML answers recorded there."""
+tarball unpacked, with a fake NVML that gives the NVML answers recorded there; and the OCI
+hook's precreate run there as it ran on that machine."""
 
 from __future__ import annotations
 
@@ -7,7 +8,10 @@ import json
 import tarfile
 from pathlib import Path
 
-from nri_numa.topology.discover import FAKE_NVML_FILE
+from nri_numa.hook import stages
+from nri_numa.hook.machine import load_machine
+from nri_numa.state.checkpoint import CheckpointStore
+from nri_numa.topology.discover import FAKE_NVML_FILE, discover
 from nri_numa.topology.nvml_recording import description_from_recording
 
 
@@ -17,3 +21,15 @@ def unpack_capture(capture: Path, tarball: str, root: Path) -> Path:
     recording = json.loads((capture / "nvml-dump.json").read_text())
     (root / FAKE_NVML_FILE).write_text(json.dumps(description_from_recording(recording)))
     return root
+
+
+def precreate_on_capture(capture: Path, root: Path, dev: Path, scratch: Path) -> dict:
+    """The spec `nri-numa hook precreate` writes for the capture's precreate-spec.json with its
+    precreate-config.yaml, on the capture's discovered topology and device nodes ``dev``."""
+    topology_file = scratch / "topology.json"
+    topology_file.write_text(discover(root).to_json())
+    state_dir = scratch / "state"
+    machine = load_machine(state_dir, capture / "precreate-config.yaml", topology_file)
+    env = stages.HookEnv(machine, CheckpointStore(state_dir, machine.fingerprint), dev_root=dev)
+    placed, _ = stages.precreate(env, json.loads((capture / "precreate-spec.json").read_text()))
+    return placed

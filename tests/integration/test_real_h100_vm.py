@@ -12,12 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from nri_numa.hook import stages
-from nri_numa.hook.machine import load_machine
 from nri_numa.runtime.device_grant import DeviceGranter
-from nri_numa.state.checkpoint import CheckpointStore
 from nri_numa.topology.discover import discover
-from tests.integration.real_vm import unpack_capture
+from tests.integration.real_vm import precreate_on_capture, unpack_capture
 
 CAPTURE = Path(__file__).resolve().parents[1] / "fixtures" / "real-h100-vm"
 GPU_UUID = "GPU-0cc10ade-4865-eb33-382a-fd2e04c235d1"
@@ -81,13 +78,7 @@ def test_the_device_grant_gives_the_recorded_nodes(root, dev):
 
 
 def test_precreate_on_that_machine_writes_the_recorded_spec(root, dev, tmp_path):
-    topology_file = tmp_path / "topology.json"
-    topology_file.write_text(discover(root).to_json())
-    state_dir = tmp_path / "state"
-    machine = load_machine(state_dir, CAPTURE / "precreate-config.yaml", topology_file)
-    env = stages.HookEnv(machine, CheckpointStore(state_dir, machine.fingerprint), dev_root=dev)
-    spec = json.loads((CAPTURE / "precreate-spec.json").read_text())
-    placed, _ = stages.precreate(env, spec)
+    placed = precreate_on_capture(CAPTURE, root, dev, tmp_path)
     linux = placed["linux"]
     assert linux["resources"]["cpu"]["cpus"] == _printed("cpu")["cpus"]
     assert linux["devices"] == _printed("devices")

@@ -13,11 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from nri_numa.hook import stages
-from nri_numa.hook.machine import load_machine
-from nri_numa.state.checkpoint import CheckpointStore
 from nri_numa.topology.discover import discover
-from tests.integration.real_vm import unpack_capture
+from tests.integration.real_vm import precreate_on_capture, unpack_capture
 
 CAPTURE = Path(__file__).resolve().parents[1] / "fixtures" / "real-h200-vm"
 GPU_UUID = "GPU-23eb4708-fe47-27b6-8154-b8d0f2155114"
@@ -55,12 +52,7 @@ def dev(tmp_path) -> Path:
 
 
 def test_precreate_on_that_machine_writes_the_spec_printed_there(root, dev, tmp_path):
-    topology_file = tmp_path / "topology.json"
-    topology_file.write_text(discover(root).to_json())
-    state_dir = tmp_path / "state"
-    machine = load_machine(state_dir, CAPTURE / "precreate-config.yaml", topology_file)
-    env = stages.HookEnv(machine, CheckpointStore(state_dir, machine.fingerprint), dev_root=dev)
-    placed, _ = stages.precreate(env, json.loads((CAPTURE / "precreate-spec.json").read_text()))
+    placed = precreate_on_capture(CAPTURE, root, dev, tmp_path)
     printed = json.loads((CAPTURE / "precreate.json").read_text())
     assert placed["linux"]["devices"] == printed["linux"]["devices"]
     assert placed["linux"]["resources"]["devices"] == printed["linux"]["resources"]["devices"]
