@@ -12,7 +12,6 @@ FIFO is not written (the log goes to standard error, with a warning there).
 from __future__ import annotations
 
 import logging
-import json
 import os
 import signal
 import socket

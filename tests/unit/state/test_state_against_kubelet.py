@@ -53,7 +53,7 @@ def test_the_same_memory_nodes_agree_and_others_are_named(base, capsys):  # noqa
     code, out, _ = run_state(capsys, *args, "--json")
     assert code == 3
     assert json.loads(out)["kubelet_disagreements"] == [
-        f"pod default/be container app: the kubelet's memory on NUMA nodes 0, nri-numa's "
+        "pod default/be container app: the kubelet's memory on NUMA nodes 0, nri-numa's "
         "none (not placed by a Memory Manager)",
         f"pod default/g container app: the kubelet's memory on NUMA nodes {1 - node}, "
         f"nri-numa's {node}",
