@@ -9,8 +9,6 @@ neither list is a typo or a newer kubelet's key, and is refused with the nearest
 
 from __future__ import annotations
 
-KUBELET_VERSION = "v1beta1, Kubernetes master after v1.34"
-
 IGNORED_KUBELET_KEYS = frozenset({
     # serving, TLS, authentication
     "enableServer", "address", "port", "readOnlyPort", "tlsCertFile", "tlsPrivateKeyFile",
