@@ -17,10 +17,6 @@ from nri_numa.cli.errors import CliError
 if TYPE_CHECKING:
     import argparse
 
-# The options with a value, as add_parser names them (dest), in the hook client's words.
-_VALUE_DESTS = ("state_dir", "config", "topology", "log_file", "timeout", "cgroup_root",
-                "proc_root")
-
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     import argparse
@@ -85,7 +81,7 @@ def plain_args(args: list[str]) -> SimpleNamespace | None:
         value = value if eq else next(given, "")
         if value.startswith("-") or (name == "--timeout" and not _finite(value)):
             return None
-    values = {dest: options.get(dest) for dest in _VALUE_DESTS}
+    values = {dest: options.get(dest) for dest in VALUE_OPTIONS.values()}
     if values["timeout"] is not None:
         values["timeout"] = float(values["timeout"])
     return SimpleNamespace(command="hook", stage=stage, **values,

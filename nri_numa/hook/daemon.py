@@ -4,7 +4,8 @@ A hook process spends most of its time starting Python and importing the engine.
 pays that once; each ``nri-numa hook`` then forwards its run (nri_numa.hook.client) and the
 daemon runs it with exactly the code an in-process hook runs (``entry.run``), with the machine
 already loaded, and the ledger and cgroups of its last runs kept (nri_numa.hook.memory: the
-checkpoint is read again only when it changed under the daemon). One run at a time, each as soon as its request is in (nri_numa.hook.inbox).
+checkpoint is read again only when it changed under the daemon). One run at a time, each as
+soon as its request is in (nri_numa.hook.inbox).
 Each run still takes the checkpoint lock, so a hook that runs in process (no daemon yet, or one
 that was just stopped) never writes the ledger at the same moment.
 

@@ -81,14 +81,16 @@ class CgroupPaths:
         self._paths: dict[ProcessId, ContainerCgroup] = {}
 
     def get(self, fs: CgroupFs, process: ProcessId) -> ContainerCgroup | None:
-        if fs != self._fs:
-            self._fs, self._paths = fs, {}
-        return self._paths.get(process)
+        return self._on(fs).get(process)
 
     def put(self, fs: CgroupFs, process: ProcessId, cgroup: ContainerCgroup) -> None:
+        self._on(fs)[process] = cgroup
+
+    def _on(self, fs: CgroupFs) -> dict[ProcessId, ContainerCgroup]:
+        """The cgroups found under ``fs``: another cgroup root or /proc forgets them all."""
         if fs != self._fs:
             self._fs, self._paths = fs, {}
-        self._paths[process] = cgroup
+        return self._paths
 
     def forget(self, process: ProcessId) -> None:
         self._paths.pop(process, None)
