@@ -46,7 +46,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_state(args: argparse.Namespace) -> int:
-    from nri_numa.views.state_render import render_json, render_text
+    from nri_numa.views.state_render import render_text, view_dict
     from nri_numa.views.state_view import StateViewError, build_view, read_checkpoint
 
     state_dir = Path(args.state_dir)
@@ -61,7 +61,7 @@ def cmd_state(args: argparse.Namespace) -> int:
     files, against = (_against_kubelet(view, Path(args.kubelet_state_dir))
                       if args.kubelet_state_dir else ([], None))
     if args.json:
-        document = json.loads(render_json(view))
+        document = view_dict(view)
         if against is not None:
             document["kubelet_disagreements"] = against
         print(json.dumps(document, indent=2))
