@@ -74,7 +74,6 @@ def with_requested_devices(ctx: EngineContext, container: RuntimeContainer, pod:
     return replace(request, devices=devices) if devices else request
 
 
-
 def with_scheduled_numa(ctx: EngineContext, pod: PodRecord, container: str,
                         request: PodRequest) -> PodRequest:
     """The pod with the NUMA nodes the scheduler chose as ``preferred_numa``; a value that

@@ -165,8 +165,8 @@ def _adoptable(ctx: EngineContext, allocs: Allocations, pod: PodRequest,
         mode = None
     if mode is None:
         return allocs.shared - ctx.isolated_cpus
-    free_isolated = frozenset(c for c in ctx.isolated_cpus
-                              if ctx.free_isolated_mask(allocs) >> c & 1)
+    free = ctx.free_isolated_mask(allocs)
+    free_isolated = frozenset(c for c in ctx.isolated_cpus if free >> c & 1)
     return (allocs.shared | free_isolated) if mode == "prefer" else free_isolated
 
 

@@ -57,7 +57,6 @@ TOKEN_KEY = "journal"  # the snapshot's payload member naming its journal
 # before an answer, so on a small ledger it must stay rarer than one event in a few hundred
 # (1 MiB is ~800 records; replaying them at start-up takes well under a second).
 MIN_COMPACT_BYTES = 1 << 20
-TABLES = ("pods", "entries", "machineState", "reusable", "podRecords", "containers")
 
 
 class UntrustedState(Exception):
@@ -387,10 +386,7 @@ def _remove_stale_temps(folder: int) -> None:
     prefix = JOURNAL_NAME + ".tmp-"
     for name in os.listdir(folder):
         if name.startswith(prefix):
-            try:
-                os.unlink(name, dir_fd=folder)
-            except OSError:
-                pass
+            safe_files.unlink_quietly(name, folder)
 
 
 def read_state(state_dir: Path, raw_payload: dict[str, Any]) -> tuple[dict[str, Any], float]:
