@@ -143,9 +143,6 @@ def memory_checkpoint_text(policy: str, machine: dict[str, Any], entries: dict[s
 
 def read_cpu_state(path: Path) -> KubeletCpuState:
     doc = _document(path)
-    if "data" in doc or "dataChecksum" in doc:
-        raise KubeletCheckpointError(f"{path}: the newer format with a data section is not "
-                                     f"read yet")
     policy = _text(doc, "policyName", path)
     default = _text(doc, "defaultCpuSet", path)
     entries = doc.get("entries") or {}
@@ -170,9 +167,6 @@ def read_cpu_state(path: Path) -> KubeletCpuState:
 
 def read_memory_state(path: Path) -> KubeletMemoryState:
     doc = _document(path)
-    if "data" in doc or "dataChecksum" in doc:
-        raise KubeletCheckpointError(f"{path}: the newer format with a data section is not "
-                                     f"read yet")
     policy = _text(doc, "policyName", path)
     machine = {} if doc.get("machineState") is None else doc["machineState"]
     entries = doc.get("entries") or {}
@@ -215,6 +209,9 @@ def _document(path: Path) -> dict[str, Any]:
         raise KubeletCheckpointError(str(e)) from None
     if not isinstance(doc, dict):
         raise KubeletCheckpointError(f"{path}: not a JSON object")
+    if "data" in doc or "dataChecksum" in doc:
+        raise KubeletCheckpointError(f"{path}: the newer format with a data section is not "
+                                     f"read yet")
     return doc
 
 
