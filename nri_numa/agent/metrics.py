@@ -22,6 +22,8 @@ CreateContainer, so one CreateContainer is one admission request.
 Gauges are computed from the ledger when scraped (``LedgerCollector``), so they are never out of
 step with it; the handlers only increment counters, which takes a lock for a few instructions.
 A scrape reads an immutable allocations value and never takes the plugin's lock.
+The text format and the HTTP server are the agent's own (prometheus_text, metrics_http): the
+client library's imports cost more memory than the rest of the agent's metrics.
 """
 
 from __future__ import annotations
@@ -33,8 +35,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
-from prometheus_client.core import GaugeMetricFamily, Metric
+from nri_numa.agent.prometheus_text import (CONTENT_TYPE, Counter, Histogram, MetricFamily,
+                                            Registry, exposition, gauge_family)
 
 if TYPE_CHECKING:
     from nri_numa.agent.settings import MetricsAddress
@@ -110,38 +112,36 @@ class PluginMetrics:
     """The counters the handlers move, and the registry a scrape reads."""
 
     def __init__(self, view: Callable[[], tuple[Ledger, Mapping[str, ContainerRecord]]]) -> None:
-        self.registry = CollectorRegistry(auto_describe=True)
+        self.registry = Registry()
         r = self.registry
-        self.admission_requests = Counter(
-            "topology_manager_admission_requests", "The number of admission requests where "
-            "resources have to be aligned (one per CreateContainer).", namespace=PREFIX,
-            registry=r)
-        self.admission_errors = Counter(
-            "topology_manager_admission_errors", "The number of admission request failures "
-            "where resources could not be aligned.", namespace=PREFIX, registry=r)
-        self.admission_duration = Histogram(
-            "topology_manager_admission_duration_ms", "Duration in milliseconds to serve an "
-            "admission request (one CreateContainer).", namespace=PREFIX, registry=r,
-            buckets=ADMISSION_BUCKETS_MS)
-        self.cpu_requests = Counter(
-            "cpu_manager_pinning_requests", "The number of cpu core allocations which required "
-            "pinning.", namespace=PREFIX, registry=r)
-        self.cpu_errors = Counter(
-            "cpu_manager_pinning_errors", "The number of cpu core allocations which required "
-            "pinning failed.", namespace=PREFIX, registry=r)
-        self.memory_requests = Counter(
-            "memory_manager_pinning_requests", "The number of memory pages allocations which "
-            "required pinning.", namespace=PREFIX, registry=r)
-        self.memory_errors = Counter(
-            "memory_manager_pinning_errors", "The number of memory pages allocations which "
-            "required pinning failed.", namespace=PREFIX, registry=r)
-        self.stale_choices = Counter(
-            "scheduled_numa_nodes_stale", "The number of containers whose pod's scheduled NUMA "
-            "nodes (numa.nri.io/scheduled-numa-nodes) no longer held them: decided anew.",
-            namespace=PREFIX, registry=r)
-        self.cpuset_repairs = Counter(
-            "cpuset_repairs", "The number of cpusets sent again to a started container whose "
-            "cgroup missed an update.", namespace=PREFIX, registry=r)
+        self.admission_requests = r.register(Counter(
+            f"{PREFIX}_topology_manager_admission_requests", "The number of admission requests "
+            "where resources have to be aligned (one per CreateContainer)."))
+        self.admission_errors = r.register(Counter(
+            f"{PREFIX}_topology_manager_admission_errors", "The number of admission request "
+            "failures where resources could not be aligned."))
+        self.admission_duration = r.register(Histogram(
+            f"{PREFIX}_topology_manager_admission_duration_ms", "Duration in milliseconds to "
+            "serve an admission request (one CreateContainer).", buckets=ADMISSION_BUCKETS_MS))
+        self.cpu_requests = r.register(Counter(
+            f"{PREFIX}_cpu_manager_pinning_requests", "The number of cpu core allocations which "
+            "required pinning."))
+        self.cpu_errors = r.register(Counter(
+            f"{PREFIX}_cpu_manager_pinning_errors", "The number of cpu core allocations which "
+            "required pinning failed."))
+        self.memory_requests = r.register(Counter(
+            f"{PREFIX}_memory_manager_pinning_requests", "The number of memory pages allocations "
+            "which required pinning."))
+        self.memory_errors = r.register(Counter(
+            f"{PREFIX}_memory_manager_pinning_errors", "The number of memory pages allocations "
+            "which required pinning failed."))
+        self.stale_choices = r.register(Counter(
+            f"{PREFIX}_scheduled_numa_nodes_stale", "The number of containers whose pod's "
+            "scheduled NUMA nodes (numa.nri.io/scheduled-numa-nodes) no longer held them: "
+            "decided anew."))
+        self.cpuset_repairs = r.register(Counter(
+            f"{PREFIX}_cpuset_repairs", "The number of cpusets sent again to a started container "
+            "whose cgroup missed an update."))
         r.register(LedgerCollector(view))
 
     @contextmanager
@@ -184,10 +184,7 @@ class LedgerCollector:
     def __init__(self, view: Callable[[], tuple[Ledger, Mapping[str, ContainerRecord]]]) -> None:
         self._view = view
 
-    def describe(self) -> list[Metric]:
-        return []  # families depend on the configuration; nothing to check at registration
-
-    def collect(self) -> Iterator[Metric]:
+    def collect(self) -> Iterator[MetricFamily]:
         try:
             families = ledger_families(*self._view())
         except Exception:  # a scrape must not take the server thread down
@@ -196,69 +193,69 @@ class LedgerCollector:
         return iter(families)
 
 
-def ledger_families(ledger: Ledger, containers: Mapping[str, ContainerRecord]) -> list[Metric]:
+def ledger_families(ledger: Ledger,
+                    containers: Mapping[str, ContainerRecord]) -> list[MetricFamily]:
     ctx, allocs = ledger.ctx, ledger.allocations  # one immutable snapshot for the whole scrape
     node_label = ["numa_node"]
-    free_cpus = GaugeMetricFamily(
+    free_cpus = gauge_family(
         f"{PREFIX}_numa_node_free_cpus", "CPUs of the node that can still be given to a "
-        "container exclusively: in the shared pool, not reserved and not isolated.",
-        labels=node_label)
-    cpus = GaugeMetricFamily(
+        "container exclusively: in the shared pool, not reserved and not isolated.", node_label)
+    cpus = gauge_family(
         f"{PREFIX}_numa_node_cpus", "CPUs of the node held exclusively by containers, and in "
-        "the shared pool.", labels=["numa_node", "pool"])
-    isolated = GaugeMetricFamily(
+        "the shared pool.", ["numa_node", "pool"])
+    isolated = gauge_family(
         f"{PREFIX}_numa_node_isolated_cpus", "Isolated CPUs (isolcpus) of the node: held "
-        "exclusively by containers that asked for them, and free.", labels=["numa_node", "state"])
+        "exclusively by containers that asked for them, and free.", ["numa_node", "state"])
     exclusive = allocs.exclusive_cpus()
     for node in ctx.topology.numa_nodes:
         on_node, label = frozenset(node.cpus), str(node.id)
-        free_cpus.add_metric([label], len((allocs.shared & on_node) - ctx.reserved_cpus
-                                          - ctx.isolated_cpus))
-        cpus.add_metric([label, "exclusive"], len(exclusive & on_node))
-        cpus.add_metric([label, "shared"], len(allocs.shared & on_node))
+        free_cpus.add([label], len((allocs.shared & on_node) - ctx.reserved_cpus
+                                   - ctx.isolated_cpus))
+        cpus.add([label, "exclusive"], len(exclusive & on_node))
+        cpus.add([label, "shared"], len(allocs.shared & on_node))
         isolated_here = ctx.isolated_cpus & on_node
-        isolated.add_metric([label, "exclusive"], len(isolated_here & exclusive))
-        isolated.add_metric([label, "free"], len(isolated_here - exclusive - ctx.reserved_cpus))
-    families: list[Metric] = [free_cpus, cpus, isolated]
+        isolated.add([label, "exclusive"], len(isolated_here & exclusive))
+        isolated.add([label, "free"], len(isolated_here - exclusive - ctx.reserved_cpus))
+    families: list[MetricFamily] = [free_cpus, cpus, isolated]
     if allocs.memory is not None:
         families.extend(_memory_families(allocs.memory))
     if ctx.devices:
         families.append(_device_family(ctx, allocs))
-    managed = GaugeMetricFamily(f"{PREFIX}_containers", "Containers the plugin manages, by "
-                                "where their CPUs come from.", labels=["cpus"])
+    managed = gauge_family(f"{PREFIX}_containers", "Containers the plugin manages, by "
+                                "where their CPUs come from.", ["cpus"])
     held = sum(1 for c in containers.values() if c.exclusive)
-    managed.add_metric(["exclusive"], held)
-    managed.add_metric(["shared"], len(containers) - held)
+    managed.add(["exclusive"], held)
+    managed.add(["shared"], len(containers) - held)
     families.append(managed)
     return families
 
 
-def _memory_families(memory: MemoryState) -> list[Metric]:
+def _memory_families(memory: MemoryState) -> list[MetricFamily]:
     """Only under the Static memory policy: without it the ledger does not account memory."""
     from nri_numa.engine.memory.resources import MEMORY
     from nri_numa.engine.quantity import bytes_value
 
-    free_memory = GaugeMetricFamily(
+    free_memory = gauge_family(
         f"{PREFIX}_numa_node_free_memory_bytes", "Memory of the node not assigned to a "
-        "container (allocatable minus assigned; Static memory policy).", labels=["numa_node"])
-    free_pages = GaugeMetricFamily(
+        "container (allocatable minus assigned; Static memory policy).", ["numa_node"])
+    free_pages = gauge_family(
         f"{PREFIX}_numa_node_free_hugepages", "Hugepages of one size of the node not assigned "
-        "to a container (Static memory policy).", labels=["numa_node", "page_size"])
+        "to a container (Static memory policy).", ["numa_node", "page_size"])
     for node_id, node in memory.nodes.items():
         for resource, table in node.tables.items():
             if resource == MEMORY:
-                free_memory.add_metric([str(node_id)], table.free)
+                free_memory.add([str(node_id)], table.free)
             else:
                 size = resource.removeprefix("hugepages-")
-                free_pages.add_metric([str(node_id), size], table.free // bytes_value(size))
+                free_pages.add([str(node_id), size], table.free // bytes_value(size))
     return [free_memory, free_pages]
 
 
-def _device_family(ctx: EngineContext, allocs: Allocations) -> Metric:
-    free = GaugeMetricFamily(
+def _device_family(ctx: EngineContext, allocs: Allocations) -> MetricFamily:
+    free = gauge_family(
         f"{PREFIX}_numa_node_free_devices", "Healthy devices of a resource on the node not "
         "assigned to a container (numa_node \"none\": devices that name no node).",
-        labels=["numa_node", "resource"])
+        ["numa_node", "resource"])
     for name, resource in sorted(ctx.devices.items()):
         in_use = allocs.devices_in_use(name)
         counts = {str(n): 0 for n in ctx.numa_ids}
@@ -267,22 +264,26 @@ def _device_family(ctx: EngineContext, allocs: Allocations) -> Metric:
                 key = str(node)
                 counts[key] = counts.get(key, 0) + (device.healthy and device.id not in in_use)
         for node, count in counts.items():
-            free.add_metric([node, name], count)
+            free.add([node, name], count)
     return free
 
 
 class MetricsServer:
-    """``/metrics`` over HTTP on its own daemon thread (prometheus_client's WSGI server; each
-    scrape is served on a thread of its own too)."""
+    """``/metrics`` over HTTP on its own daemon thread (metrics_http; each scrape is served on a
+    thread of its own too)."""
 
     def __init__(self, metrics: PluginMetrics, address: MetricsAddress) -> None:
+        from nri_numa.agent.metrics_http import serve
+
+        registry = metrics.registry
         try:
-            self._server, self._thread = start_http_server(address.port, address.host,
-                                                           registry=metrics.registry)
-        except OSError as e:
+            self._server, self._thread = serve(
+                address.host, address.port, lambda: exposition(registry.collect()).encode(),
+                CONTENT_TYPE)
+        except OSError as e:  # in use, not ours, or a host name that does not resolve
             raise MetricsError(f"metrics address {address}: cannot listen: "
                                f"{e.strerror or e}") from None
-        except ValueError as e:  # a host name that does not resolve
+        except ValueError as e:  # a host name that cannot even be asked for (IDNA, NUL)
             raise MetricsError(f"metrics address {address}: {e}") from None
         host, port = self._server.server_address[:2]
         self.url = f"http://{f'[{host}]' if ':' in host else host}:{port}/metrics"

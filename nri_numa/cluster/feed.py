@@ -19,6 +19,7 @@ import time
 from collections.abc import Callable, Iterator
 from typing import IO, Any
 
+from nri_numa.agent.prometheus_text import MetricFamily, counter_family, gauge_family
 from nri_numa.cluster import channel
 from nri_numa.cluster.channel import ExportStatus
 
@@ -192,26 +193,21 @@ class ExportCollector:
     def __init__(self, feed: ClusterFeed) -> None:
         self._feed = feed
 
-    def describe(self) -> list[Any]:
-        return []
-
-    def collect(self) -> Iterator[Any]:
-        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
-
+    def collect(self) -> Iterator[MetricFamily]:
         status = self._feed.status
-        synced = GaugeMetricFamily("nri_numa_nrt_export_synced", "1 when the node's "
-                                   "NodeResourceTopology object matched the node at the last "
-                                   "write or check, 0 while writing it fails.")
-        synced.add_metric([], 1 if status.state == "synced" else 0)
+        synced = gauge_family("nri_numa_nrt_export_synced", "1 when the node's "
+                              "NodeResourceTopology object matched the node at the last write or "
+                              "check, 0 while writing it fails.")
+        synced.add([], 1 if status.state == "synced" else 0)
         yield synced
-        yield CounterMetricFamily("nri_numa_nrt_export_writes", "API calls that created or "
-                                  "changed the NodeResourceTopology object.", value=status.writes)
-        yield CounterMetricFamily("nri_numa_nrt_export_errors", "API calls for the "
-                                  "NodeResourceTopology object that failed.", value=status.errors)
-        yield CounterMetricFamily("nri_numa_nrt_export_restarts", "Times the export process "
-                                  "was started again after it ended.", value=self._feed.restarts)
+        yield counter_family("nri_numa_nrt_export_writes", "API calls that created or changed "
+                             "the NodeResourceTopology object.", status.writes)
+        yield counter_family("nri_numa_nrt_export_errors", "API calls for the "
+                             "NodeResourceTopology object that failed.", status.errors)
+        yield counter_family("nri_numa_nrt_export_restarts", "Times the export process was "
+                             "started again after it ended.", self._feed.restarts)
         if status.last_success is not None:
-            last = GaugeMetricFamily("nri_numa_nrt_export_last_success_timestamp_seconds",
-                                     "When the object last matched the node (UNIX time).")
-            last.add_metric([], status.last_success)
+            last = gauge_family("nri_numa_nrt_export_last_success_timestamp_seconds",
+                                "When the object last matched the node (UNIX time).")
+            last.add([], status.last_success)
             yield last

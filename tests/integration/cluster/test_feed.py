@@ -11,9 +11,11 @@ import time
 from pathlib import Path
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
+from nri_numa.agent.prometheus_text import Registry, exposition
 from nri_numa.cluster import feed as feed_module
-from nri_numa.cluster.feed import ClusterFeed
+from nri_numa.cluster.feed import ClusterFeed, ExportCollector
 
 # Stands in for the export process: records each message, answers each object with a status.
 RECORDER = r"""
@@ -70,6 +72,33 @@ def test_a_burst_of_changes_is_one_object_and_the_status_comes_back(recorder, ca
     finally:
         feed.stop()
     assert feed.status.state == "stopped"
+
+
+def export_metrics(feed: ClusterFeed) -> dict[str, tuple[str, float]]:
+    """sample name -> (its family's type, value), as Prometheus's own parser reads a scrape."""
+    registry = Registry()
+    registry.register(ExportCollector(feed))
+    return {s.name: (f.type, s.value)
+            for f in text_string_to_metric_families(exposition(registry.collect()))
+            for s in f.samples}
+
+
+def test_the_export_metrics_follow_the_status(recorder):
+    command, _ = recorder
+    feed = ClusterFeed(lambda: {"n": 7}, command, batch_s=0.05)
+    assert export_metrics(feed) == {  # before the process said anything: no success yet
+        "nri_numa_nrt_export_synced": ("gauge", 0), "nri_numa_nrt_export_writes_total":
+        ("counter", 0), "nri_numa_nrt_export_errors_total": ("counter", 0),
+        "nri_numa_nrt_export_restarts_total": ("counter", 0)}
+    feed.start()
+    try:
+        wait_until(lambda: feed.status.writes == 7)
+        got = export_metrics(feed)
+    finally:
+        feed.stop()
+    assert got["nri_numa_nrt_export_synced"] == ("gauge", 1)
+    assert got["nri_numa_nrt_export_writes_total"] == ("counter", 7)
+    assert got["nri_numa_nrt_export_last_success_timestamp_seconds"] == ("gauge", 1.5)
 
 
 def test_other_messages_go_in_order_before_the_object(recorder):
