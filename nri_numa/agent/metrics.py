@@ -32,11 +32,11 @@ import logging
 import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from nri_numa.agent.prometheus_text import (CONTENT_TYPE, Counter, Histogram, MetricFamily,
                                             Registry, exposition, gauge_family)
+from nri_numa.frozen import frozen
 
 if TYPE_CHECKING:
     from nri_numa.agent.settings import MetricsAddress
@@ -77,7 +77,7 @@ class NoMetrics:
 NO_METRICS = NoMetrics()
 
 
-@dataclass(frozen=True)
+@frozen
 class Pinning:
     """What one decision did to the CPU and memory managers' counters."""
 

@@ -15,8 +15,9 @@ make the other fail by what it writes.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 from typing import Any
+
+from nri_numa.frozen import frozen
 
 MAX_LINE = 16 * 1024 * 1024  # bytes: the biggest object (node-state annotation included) fits
 
@@ -41,7 +42,7 @@ def decode(line: bytes) -> dict[str, Any]:
     return message
 
 
-@dataclass(frozen=True)
+@frozen
 class ExportStatus:
     """What the export process last said of itself."""
 

@@ -22,6 +22,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from nri_numa.cluster.nrt_writer import REQUEST_TIMEOUT
+from nri_numa.frozen import frozen
 
 REFUSED_ANNOTATION = "numa.nri.io/refused"
 COMPONENT = "nri-numa"
@@ -36,7 +37,7 @@ def refusal_message(namespace: str, pod: str, uid: str, container: str, reason: 
             "at": time.time() if at is None else at}
 
 
-@dataclass(frozen=True)
+@frozen
 class Refusal:
     namespace: str
     pod: str
@@ -61,14 +62,14 @@ class Refusal:
                    float(at) if isinstance(at, int | float) else time.time())
 
 
-@dataclass(frozen=True)
+@frozen
 class EvictionPolicy:
     evict: bool = True  # pods owned by a controller
     repeats: int = 3
     delay_s: float = 30.0
 
 
-@dataclass(frozen=True)
+@frozen
 class Actions:
     """What to do for one refusal."""
 

@@ -10,7 +10,7 @@ state value.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 from functools import cached_property
 from types import MappingProxyType
 from typing import Any
@@ -18,6 +18,7 @@ from typing import Any
 from nri_numa.engine.cpu.topology import checked_mask
 from nri_numa.engine.hints import Hint
 from nri_numa.engine.memory import MemoryState, MemoryStateError
+from nri_numa.frozen import frozen
 from nri_numa.topology.cpulist import MAX_ID, ListFormatError, format_list, parse_list
 
 
@@ -41,7 +42,7 @@ def _evolve(value: Any, **changes: Any) -> Any:
     return evolved
 
 
-@dataclass(frozen=True)
+@frozen
 class ContainerAllocation:
     exclusive_cpus: frozenset[int] = frozenset()  # empty: the container runs in the shared pool
     devices: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # resource → ids
@@ -76,7 +77,7 @@ class ContainerAllocation:
 _NO_CONTAINER = ContainerAllocation()  # what ``PodAllocation.entry`` answers for a new container
 
 
-@dataclass(frozen=True)
+@frozen
 class PodAllocation:
     containers: Mapping[str, ContainerAllocation] = field(default_factory=dict)  # in admission order
     pod_hint: Hint | None = None  # pod scope: the one hint every container of the pod gets
@@ -109,7 +110,7 @@ class PodAllocation:
 _NO_POD = PodAllocation()  # what ``Allocations.pod`` answers for a pod it does not hold
 
 
-@dataclass(frozen=True)
+@frozen
 class Allocations:
     shared: frozenset[int]
     pods: Mapping[str, PodAllocation] = field(default_factory=dict)

@@ -33,10 +33,10 @@ not stop a pod), so ``pod_topology`` only accepts the name.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
 from typing import TypeVar
 
 from nri_numa.engine.config import EngineConfig, Ranked, TopologyPolicy, TopologyScope
+from nri_numa.frozen import frozen
 from nri_numa.safeio.bounds import MAX_ANNOTATION_VALUE, clip, quote
 from nri_numa.topology.cpulist import ListFormatError, format_list, parse_list
 
@@ -61,7 +61,7 @@ class AnnotationError(ValueError):
     allowed."""
 
 
-@dataclass(frozen=True)
+@frozen
 class PodTopology:
     """The topology policy and scope that apply to one pod."""
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from functools import cached_property
 from types import MappingProxyType
 
@@ -20,13 +20,14 @@ from nri_numa.engine.memory import MemoryState, check_reserved_memory
 from nri_numa.engine.merge import MachineMerge
 from nri_numa.engine.policy.options import (DEFAULT_MAX_ALLOWABLE_NUMA_NODES,
                                             MAX_ALLOWABLE_NUMA_NODES)
+from nri_numa.frozen import frozen
 from nri_numa.topology.cpulist import format_list
 from nri_numa.topology.model import Topology
 
 GPU_RESOURCE = "nvidia.com/gpu"
 
 
-@dataclass(frozen=True)
+@frozen
 class EngineContext:
     topology: Topology
     config: EngineConfig

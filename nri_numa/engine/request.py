@@ -15,13 +15,14 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 from enum import StrEnum
 from functools import cached_property
 from types import MappingProxyType
 from typing import Any
 
 from nri_numa.engine.quantity import QuantityError, bytes_value, format_binary
+from nri_numa.frozen import frozen
 from nri_numa.safeio.bounds import quote
 from nri_numa.topology.cpulist import MAX_ID
 
@@ -74,7 +75,7 @@ def _check_amount(value: Any, what: str) -> None:
         raise RequestError(f"{what} must be a non-negative integer, not {quote(value)}")
 
 
-@dataclass(frozen=True)
+@frozen
 class ContainerRequest:
     """One container's resources in the kubelet's units, requests already defaulted."""
 
@@ -145,7 +146,7 @@ class ContainerRequest:
         return requested
 
 
-@dataclass(frozen=True)
+@frozen
 class PodRequest:
     """A pod: its identity, containers in spec order, and annotations."""
 

@@ -15,7 +15,6 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from typing import Any
 
 from nri_numa.cluster.node_state import ANNOTATION, NodeState, NodeStateError, decode
@@ -24,6 +23,7 @@ from nri_numa.engine.allocations import Allocations
 from nri_numa.engine.config import ConfigError
 from nri_numa.engine.context import EngineContext
 from nri_numa.engine.request import PodRequest
+from nri_numa.frozen import frozen
 
 log = logging.getLogger(__name__)
 
@@ -31,13 +31,13 @@ DEFAULT_ASSUME_SECONDS = 30.0
 MAX_SHARED_CONTEXTS = 16  # kinds of machine and configuration whose contexts are kept
 
 
-@dataclass(frozen=True)
+@frozen
 class Assumed:
     pod: PodRequest
     since: float  # monotonic seconds
 
 
-@dataclass(frozen=True)
+@frozen
 class NodeEntry:
     state: NodeState
     ctx: EngineContext

@@ -20,7 +20,7 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from enum import StrEnum
 from typing import Any
 
@@ -30,6 +30,7 @@ from nri_numa.engine.manifest import pod_from_manifest
 from nri_numa.engine.request import PodRequest, RequestError
 from nri_numa.extender.cache import NodeCache
 from nri_numa.extender.shapes import pod_shape
+from nri_numa.frozen import frozen
 from nri_numa.safeio.bounds import BoundError
 from nri_numa.topology.cpulist import format_list
 
@@ -55,7 +56,7 @@ class VerbError(ValueError):
 Binder = Callable[[str, str, str, str, Mapping[str, str]], None]
 
 
-@dataclass(frozen=True)
+@frozen
 class Verdict:
     node: str
     decision: Decision | None  # None: the node publishes nothing, passed through

@@ -20,10 +20,10 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
+from nri_numa.frozen import frozen
 from nri_numa.hook.cgroup import DEFAULT_CGROUP_ROOT, DEFAULT_PROC, CgroupFs
 from nri_numa.hook.oci import HookInputError, parse_spec, parse_state, read_input, read_spec
 from nri_numa.safeio.bounds import LINE_LIMIT, one_line, quote
@@ -54,7 +54,7 @@ class HookTimeout(Exception):
     pass
 
 
-@dataclass(frozen=True)
+@frozen
 class HookOptions:
     stage: str  # a key of STAGES
     state_dir: Path = DEFAULT_STATE_DIR

@@ -17,12 +17,13 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from nri_numa.engine.context import EngineContext
 from nri_numa.engine.decision import Placement
 from nri_numa.engine.request import ContainerRequest, RequestError
+from nri_numa.frozen import frozen
 from nri_numa.hook.annotations import engine_annotations
 from nri_numa.runtime.container import RuntimeContainer, RuntimePod
 from nri_numa.runtime.to_request import (container_request, pod_identity, pod_qos, pod_request,
@@ -49,7 +50,7 @@ class Refused(Exception):
     """The engine (or the hook) will not place this container; the message is the reason."""
 
 
-@dataclass(frozen=True)
+@frozen
 class ProcessRecord:
     """Which process a placed container is, and where its cgroup is."""
 
@@ -82,7 +83,7 @@ class ProcessRecord:
         return cls(pid, start, cgroup, float(since))
 
 
-@dataclass(frozen=True)
+@frozen
 class Move:
     """A shared container whose cpuset must follow the shared pool."""
 

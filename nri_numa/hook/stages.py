@@ -21,11 +21,12 @@ import logging
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from nri_numa.engine.annotations import AnnotationError
+from nri_numa.frozen import frozen
 from nri_numa.hook.cgroup import (CgroupError, CgroupFs, ContainerCgroup, ProcessGone, locate,
                                   write_cpuset)
 from nri_numa.hook.machine import Machine
@@ -53,7 +54,7 @@ class LockTimeout(HookError):
     """The state lock stayed held until the run had to give up to end within its timeout."""
 
 
-@dataclass(frozen=True)
+@frozen
 class HookEnv:
     """Everything a stage works with besides its input."""
 

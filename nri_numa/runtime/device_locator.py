@@ -15,11 +15,11 @@ import logging
 import os
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from nri_numa.engine.context import GPU_RESOURCE
+from nri_numa.frozen import frozen
 from nri_numa.runtime.container import DeviceNode, RuntimeContainer
 from nri_numa.runtime.device_markers import (CDI_ANNOTATION_PREFIX, NVIDIA_MAJOR,
                                              NVIDIA_VISIBLE_DEVICES)
@@ -35,7 +35,7 @@ log = logging.getLogger(__name__)
 _NVIDIA_NODE = re.compile(r"/dev/nvidia(\d+)")
 
 
-@dataclass(frozen=True)
+@frozen
 class _Found:
     """One device of a container: a GPU (by UUID), a PCI function (by address) or a node
     the topology cannot place (``device_id`` None)."""

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass
 from functools import cached_property
 from types import MappingProxyType
 from typing import Any
 
+from nri_numa.frozen import frozen
 from nri_numa.safeio.bounds import MAX_DIGITS, clip, quote
 from nri_numa.safeio.documents import DocumentError, NotParsedError, load_json
 from nri_numa.topology.cpulist import MAX_ID, format_list, parse_list
@@ -26,7 +26,7 @@ class TopologyFormatError(ValueError):
     """Topology JSON that does not describe a machine; the message names the field."""
 
 
-@dataclass(frozen=True)
+@frozen
 class Topology:
     cpus: tuple[Cpu, ...]
     numa_nodes: tuple[NumaNode, ...]

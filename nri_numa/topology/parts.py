@@ -12,8 +12,10 @@ falls back to the lowest CPU of the package. Offline CPUs keep their NUMA node (
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 from types import MappingProxyType
+
+from nri_numa.frozen import frozen
 
 # nvmlGpuTopologyLevel_t, nearest first; the same words name PCIe relationships between any two
 # devices (see pcie_level).
@@ -24,7 +26,7 @@ def _frozen(mapping: Mapping) -> Mapping:
     return MappingProxyType(dict(mapping))
 
 
-@dataclass(frozen=True)
+@frozen
 class Cpu:
     id: int
     numa: int | None
@@ -35,13 +37,13 @@ class Cpu:
     l3: int | None = None
 
 
-@dataclass(frozen=True)
+@frozen
 class HugePages:
     total: int
     free: int
 
 
-@dataclass(frozen=True)
+@frozen
 class NumaNode:
     id: int
     cpus: frozenset[int]  # online CPUs only
@@ -55,7 +57,7 @@ class NumaNode:
         object.__setattr__(self, "distances", _frozen(self.distances))
 
 
-@dataclass(frozen=True)
+@frozen
 class PciDevice:
     address: str  # sysfs form: dddd:bb:dd.f, lowercase
     numa_node: int | None  # None: the firmware does not say (sysfs -1)
@@ -75,7 +77,7 @@ class PciDevice:
         object.__setattr__(self, "local_cpus", frozenset(self.local_cpus))
 
 
-@dataclass(frozen=True)
+@frozen
 class Nic:
     name: str  # netdev name
     pci_address: str | None
@@ -83,7 +85,7 @@ class Nic:
     rdma: tuple[str, ...] = ()  # RDMA devices on the same PCI function (mlx5_0)
 
 
-@dataclass(frozen=True)
+@frozen
 class Gpu:
     index: int  # NVML's index: not stable across boots, not CUDA's; key GPUs by uuid or address
     uuid: str

@@ -10,7 +10,7 @@ a file that cannot be read or parsed at all stops everything (``InputError``).
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 from enum import StrEnum
 from pathlib import Path
 from types import MappingProxyType
@@ -23,6 +23,7 @@ from nri_numa.engine.context import EngineContext
 from nri_numa.engine.decision import Decision
 from nri_numa.engine.manifest import pod_from_manifest
 from nri_numa.engine.request import PodRequest, QosClass, RequestError
+from nri_numa.frozen import frozen
 from nri_numa.safeio.bounds import MAX_NAME, clip, join_problems, one_line, quote
 from nri_numa.state.ledger import Ledger
 from nri_numa.topology.model import Topology
@@ -61,7 +62,7 @@ def build_context(topology: Topology, config: EngineConfig, config_path: Path) -
                          f"{join_problems(e.problems)}") from None
 
 
-@dataclass(frozen=True)
+@frozen
 class PodEntry:
     where: str  # "document 2", "document 3 item 1": how a person finds it in the file
     pod: PodRequest
@@ -71,13 +72,13 @@ class PodEntry:
         return f"{self.pod.namespace}/{self.pod.name}"
 
 
-@dataclass(frozen=True)
+@frozen
 class DeleteEntry:
     where: str
     key: str  # namespace/name
 
 
-@dataclass(frozen=True)
+@frozen
 class BadEntry:
     where: str
     error: str
@@ -148,7 +149,7 @@ class StepKind(StrEnum):
     ERROR = "error"
 
 
-@dataclass(frozen=True)
+@frozen
 class Step:
     number: int
     where: str
@@ -169,7 +170,7 @@ class Step:
         return out
 
 
-@dataclass(frozen=True)
+@frozen
 class Simulation:
     ctx: EngineContext
     steps: tuple[Step, ...]

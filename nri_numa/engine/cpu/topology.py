@@ -19,11 +19,12 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 from functools import cached_property
 from types import MappingProxyType
 from typing import Any
 
+from nri_numa.frozen import frozen
 from nri_numa.topology.model import Topology
 
 
@@ -31,7 +32,7 @@ class CPUTopologyError(ValueError):
     """CPU records that do not describe a machine; the message names the record and field."""
 
 
-@dataclass(frozen=True)
+@frozen
 class CPUInfo:
     cpu: int
     core: int
@@ -90,7 +91,7 @@ def _group(pairs: Iterable[tuple[int, int]]) -> Mapping[int, tuple[int, ...]]:
     return _frozen({k: tuple(sorted(v)) for k, v in sorted(out.items())})
 
 
-@dataclass(frozen=True, eq=False)
+@frozen(eq=False)
 class CPUTopology:
     """Immutable CPU layout plus what the algorithms look up on every step.
 

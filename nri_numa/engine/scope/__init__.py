@@ -15,10 +15,11 @@ from nri_numa.engine.context import EngineContext
 from nri_numa.engine.hints import Hint
 from nri_numa.engine.providers import AllocationFailure, Provider, ProviderHints
 from nri_numa.engine.request import ContainerRequest, PodRequest
+from nri_numa.frozen import frozen
 from nri_numa.topology.cpulist import format_list
 
 
-@dataclass(frozen=True)
+@frozen
 class MergeStep:
     """One merge, kept for ``explain``: who hinted what, and what came out."""
 

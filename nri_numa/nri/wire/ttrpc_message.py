@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import enum
 import struct
-from dataclasses import dataclass
+
+from nri_numa.frozen import frozen
 
 HEADER = struct.Struct(">IIBB")
 MAX_MESSAGE_SIZE = 4 << 20
@@ -37,7 +38,7 @@ class TtrpcError(Exception):
         super().__init__(f"{_code_name(code)} (code {code}): {message}")
 
 
-@dataclass(frozen=True)
+@frozen
 class MessageHeader:
     length: int
     stream_id: int
@@ -52,7 +53,7 @@ class MessageHeader:
         return cls(*HEADER.unpack(data))
 
 
-@dataclass(frozen=True)
+@frozen
 class Message:
     """One ttrpc message. ``oversized`` ones arrive without their body, which was skipped."""
 

@@ -9,9 +9,11 @@ NICs refer to nodes by their kernel id (what ``numactl`` prints), which is the n
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 from enum import StrEnum
 from types import MappingProxyType
+
+from nri_numa.frozen import frozen
 
 GIB = 1 << 30
 HUGEPAGE_SIZES_KIB = (2048, 1048576)  # x86: every node has a folder for both sizes
@@ -45,7 +47,7 @@ def _is_count(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
-@dataclass(frozen=True)
+@frozen
 class DistanceSpec:
     """SLIT distances: 10 to itself, ``sibling`` to nodes of the same socket, ``remote`` across.
 
@@ -72,7 +74,7 @@ class DistanceSpec:
                              f"distances.matrix[{i}][{j}] must be an integer in 10..255, not {value!r}")
 
 
-@dataclass(frozen=True)
+@frozen
 class MemorySpec:
     """Memory of every CPU node; hugepages are page size in KiB → pages, all free at boot."""
 
@@ -99,7 +101,7 @@ def _check_memory(n_bytes: int, hugepages: Mapping[int, int], where: str) -> Non
              f"{where}: hugepages take {reserved} bytes, more than the node's {n_bytes}")
 
 
-@dataclass(frozen=True)
+@frozen
 class CpulessNodeSpec:
     """A node with memory and no CPUs (GPU memory, CXL, HBM), placed by its distances."""
 
@@ -121,7 +123,7 @@ class CpulessNodeSpec:
                      f"{where}: {name} must be an integer in 11..255, not {value!r}")
 
 
-@dataclass(frozen=True)
+@frozen
 class GpuSpec:
     name: str = "NVIDIA H100 80GB HBM3"
     device: int = 0x2330
@@ -141,7 +143,7 @@ class NicKind(StrEnum):
     INFINIBAND = "infiniband"
 
 
-@dataclass(frozen=True)
+@frozen
 class NicSpec:
     """A Mellanox/NVIDIA ConnectX function; ``name`` None picks a predictable name from its bus."""
 
@@ -159,7 +161,7 @@ class NicSpec:
                  f"NIC name {self.name!r} is not a valid netdev name")
 
 
-@dataclass(frozen=True)
+@frozen
 class PcieSwitchSpec:
     """Root port → switch upstream port → one downstream port per endpoint (NICs first, then GPUs).
 
@@ -180,7 +182,7 @@ class PcieSwitchSpec:
                  f"PCIe switch on node {self.node}: at most 32 downstream ports")
 
 
-@dataclass(frozen=True)
+@frozen
 class RootPortNicSpec:
     """A NIC straight on a root port of its own host bridge."""
 
@@ -189,14 +191,14 @@ class RootPortNicSpec:
     host_bus: int | None = None
 
 
-@dataclass(frozen=True)
+@frozen
 class NvSwitchSpec:
     node: int
     device: int = 0x22A3  # NVSwitch of the H100 generation
     host_bus: int | None = None
 
 
-@dataclass(frozen=True)
+@frozen
 class NvLinkBridgeSpec:
     """Direct NVLinks between two GPUs (by index: the order GPUs appear in the switches)."""
 
@@ -210,7 +212,7 @@ class NvLinkBridgeSpec:
                  f"NVLink bridge {self.gpu_a}-{self.gpu_b}: links must be positive, not {self.links!r}")
 
 
-@dataclass(frozen=True)
+@frozen
 class MachineSpec:
     name: str
     sockets: int

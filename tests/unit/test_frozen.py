@@ -1,0 +1,221 @@
+"""``@frozen`` against ``@dataclass(frozen=True)``: the same class written both ways must behave
+alike wherever the project relies on it."""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import pickle
+from dataclasses import FrozenInstanceError, field
+
+import pytest
+
+from nri_numa.frozen import frozen
+
+
+def both(make):
+    """The class ``make(decorator)`` builds, once with each decorator."""
+    return make(frozen), make(dataclasses.dataclass(frozen=True))
+
+
+def _point(decorate):
+    @decorate
+    class Point:
+        x: int
+        y: int = 2
+        tags: tuple[str, ...] = ()
+        seen: list[int] = field(default_factory=list, compare=False)
+        label: str = field(default="p", repr=False)
+        cached: int = field(init=False, repr=False, compare=False)
+
+        def __post_init__(self) -> None:
+            object.__setattr__(self, "cached", self.x * 10)
+
+    return Point
+
+
+def _single(decorate):
+    @decorate
+    class Single:
+        value: float
+
+    return Single
+
+
+def _empty(decorate):
+    @decorate
+    class Empty:
+        pass
+
+    return Empty
+
+
+@pytest.mark.parametrize("args, kwargs", [((1,), {}), ((1, 5), {}), ((), {"x": 3, "tags": ("a",)}),
+                                          ((4, 5, ("t",), [1], "q"), {})])
+def test_instances_equal_to_the_dataclass_ones_in_values_repr_and_hash(args, kwargs):
+    ours, theirs = both(_point)
+    a, b = ours(*args, **kwargs), theirs(*args, **kwargs)
+    assert repr(a).replace("_point.<locals>.", "") == repr(b).replace("_point.<locals>.", "")
+    assert dataclasses.astuple(a) == dataclasses.astuple(b)
+    assert a.cached == b.cached == a.x * 10
+    assert a == ours(*args, **kwargs) and hash(a) == hash(ours(*args, **kwargs))
+    assert a != b  # another class, as between two dataclasses
+
+
+def test_compare_false_fields_are_left_out_of_eq_and_hash():
+    Point, _ = both(_point)
+    a, b = Point(1, seen=[1]), Point(1, seen=[2])
+    assert a == b and hash(a) == hash(b)
+    assert Point(1) != Point(1, y=3)
+    assert len({Point(1), Point(1), Point(2)}) == 2
+
+
+def test_one_field_and_no_field_classes():
+    Single, _ = both(_single)
+    assert Single(1.5) == Single(1.5) and Single(1.5) != Single(2.0)
+    assert hash(Single(1.5)) == hash(Single(1.5))
+    nan = float("nan")
+    assert Single(nan) == Single(nan)  # same object: tuples compare by identity first
+    Empty, TheirEmpty = both(_empty)
+    assert Empty() == Empty() and hash(Empty()) == hash(Empty())
+    assert repr(Empty()).endswith("Empty()")
+    assert Empty().__eq__(TheirEmpty()) is NotImplemented
+
+
+def test_default_factory_gives_a_new_value_per_instance():
+    Point, _ = both(_point)
+    a, b = Point(1), Point(1)
+    assert a.seen == [] and a.seen is not b.seen
+
+
+def test_assignment_and_deletion_raise_frozen_instance_error():
+    Point, _ = both(_point)
+    p = Point(1)
+    with pytest.raises(FrozenInstanceError, match="cannot assign to field 'x'"):
+        p.x = 2
+    with pytest.raises(FrozenInstanceError):
+        p.other = 2
+    with pytest.raises(FrozenInstanceError, match="cannot delete field 'x'"):
+        del p.x
+    assert p.x == 1
+
+
+def test_wrong_arguments_raise_as_a_function_would():
+    Point, _ = both(_point)
+    with pytest.raises(TypeError, match="missing 1 required positional argument: 'x'"):
+        Point()
+    with pytest.raises(TypeError, match="unexpected keyword argument 'cached'"):
+        Point(1, cached=3)
+    with pytest.raises(TypeError, match="takes from 2 to 6 positional arguments"):
+        Point(1, 2, (), [], "l", 9)
+
+
+def test_dataclass_functions_work():
+    Point, _ = both(_point)
+    p = Point(1, tags=("a",))
+    assert dataclasses.is_dataclass(Point) and dataclasses.is_dataclass(p)
+    assert [f.name for f in dataclasses.fields(Point)] == ["x", "y", "tags", "seen", "label",
+                                                          "cached"]
+    moved = dataclasses.replace(p, x=7)
+    assert (moved.x, moved.tags, moved.cached) == (7, ("a",), 70)
+    assert dataclasses.asdict(p)["tags"] == ("a",)
+    assert Point.__match_args__ == ("x", "y", "tags", "seen", "label")
+    match p:
+        case Point(1, 2):
+            pass
+        case _:
+            pytest.fail("no match")
+
+
+def test_copy_and_pickle_keep_the_value():
+    p = PICKLED(3, ("a",))
+    assert copy.copy(p) == p and copy.deepcopy(p) == p
+    assert pickle.loads(pickle.dumps(p)) == p
+
+
+@frozen
+class PICKLED:
+    n: int
+    names: tuple[str, ...] = ()
+
+
+def test_subclasses_extend_fields_and_each_compiles_its_own_init():
+    @frozen
+    class Base:
+        a: int
+        b: int = 0
+
+    @frozen
+    class Child(Base):
+        c: int = 5
+
+    class Plain(Base):  # not a dataclass: it inherits Base's methods
+        def total(self) -> int:
+            return self.a + self.b
+
+    assert Child(1, 2, 3) == Child(1, 2, 3) and Child(1).c == 5
+    assert Child(1) != Base(1)
+    assert Plain(1, 2).total() == 3 and Base(1, 2) == Base(1, 2)
+    assert "Base.__init__" in Base.__init__.__qualname__
+    assert Child.__init__ is not Base.__init__
+
+
+def test_methods_a_class_writes_are_kept():
+    @frozen
+    class Custom:
+        a: int
+
+        def __repr__(self) -> str:
+            return "custom"
+
+        def __eq__(self, other: object) -> bool:
+            return isinstance(other, Custom) and other.a % 2 == self.a % 2
+
+    assert repr(Custom(1)) == "custom"
+    assert Custom(1) == Custom(3)
+    assert hash(Custom(1)) == hash(Custom(1))  # a field hash, as dataclasses adds
+
+    @frozen
+    class Hashed:
+        a: int
+
+        def __hash__(self) -> int:
+            return 7
+
+    assert hash(Hashed(1)) == 7
+
+
+def test_eq_false_keeps_identity():
+    @frozen(eq=False)
+    class Handle:
+        name: str
+
+    a = Handle("x")
+    assert a != Handle("x") and a == a
+    assert len({a, Handle("x")}) == 2
+
+
+def test_what_it_does_not_support_is_refused_at_definition():
+    with pytest.raises(TypeError, match="non-default argument 'b' follows default argument 'a'"):
+        @frozen
+        class Bad:
+            a: int = 0
+            b: int
+
+    with pytest.raises(TypeError, match="keyword-only"):
+        @frozen
+        class KwOnly:
+            a: int = field(kw_only=True)
+
+    with pytest.raises(TypeError, match="InitVar"):
+        @frozen
+        class WithInitVar:
+            a: dataclasses.InitVar[int]
+
+    with pytest.raises(TypeError, match="cannot overwrite attribute __setattr__"):
+        @frozen
+        class Settable:
+            a: int
+
+            def __setattr__(self, name, value):
+                pass
