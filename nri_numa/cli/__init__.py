@@ -16,7 +16,7 @@ import sys
 from types import ModuleType
 from typing import Any
 
-__all__ = ["build_parser", "main"]
+__all__ = ["after_fast_client", "build_parser", "main"]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -29,14 +29,22 @@ def main(argv: list[str] | None = None) -> int:
     return code
 
 
-def _hook(given: list[str], argv: list[str] | None) -> int:
+def after_fast_client(args: list[str]) -> None:
+    """``nri-numa hook ARGS`` in the fast client's process (nri_numa/hook/fast_forward.py) when
+    no daemon took the run: the stage in process (or a daemon started, ``--start-daemon``),
+    without looking for the daemon a second time."""
+    given = ["hook", *args]
+    _exit_now(_without_cyclic_gc(_hook, given, given, True))
+
+
+def _hook(given: list[str], argv: list[str] | None, looked: bool = False) -> int:
     # The guard keeps --timeout, counted from the process's start, over everything that follows,
     # running in process included (nri_numa.hook.deadline).
     from nri_numa.hook.client import guarded
     from nri_numa.hook.client import main as forward
 
     with guarded(given[1:]) as guard:
-        code = forward(given[1:])
+        code = forward(given[1:], looked)
         if code is not None:
             return code
         if guard is None:  # arguments argparse must judge (help, a bad option): every command's

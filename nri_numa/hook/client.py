@@ -22,14 +22,16 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from nri_numa.hook import deadline
+
+if TYPE_CHECKING:
+    import socket
 
 SOCKET_NAME = "hook.sock"
 DEFAULT_STATE_DIR = "/run/nri-numa"  # as nri_numa.hook.entry.DEFAULT_STATE_DIR
@@ -112,6 +114,8 @@ def read_line(conn: socket.socket) -> bytes:
 
 def connect(path: str, timeout: float) -> socket.socket | None:
     """A connection to the daemon, or None when none listens there."""
+    import socket  # here: a hook process that already knows no daemon listens never loads it
+
     conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     conn.settimeout(timeout)
     try:
@@ -159,16 +163,18 @@ def guarded(args: list[str]) -> Iterator[deadline.Guard | None]:
 
 
 def forward(args: list[str], stdin: Any, stdout: Any, stderr: Any,
-            guard: deadline.Guard | None = None) -> int | None:
-    """Exit status of the run the daemon did; None when the caller must run the hook itself."""
+            guard: deadline.Guard | None = None, looked: bool = False) -> int | None:
+    """Exit status of the run the daemon did; None when the caller must run the hook itself.
+    ``looked``: this process's fast client found no daemon a moment ago, so only
+    ``--start-daemon`` is worth a connection."""
     parsed = parse_hook_args(args)
     if parsed is None:
         return None
     stage, options = parsed
     start_daemon = options.pop("start_daemon", False)
     timeout = hook_timeout(options)
-    if timeout is None:
-        return None  # argparse words the error
+    if timeout is None or (looked and not start_daemon):
+        return None  # argparse words the error, or the hook runs here
     started = time.monotonic() - deadline.process_age() if guard is None else guard.started
 
     def left() -> float:
@@ -236,5 +242,6 @@ def _fail(stderr: Any, stage: str, reason: str, guard: deadline.Guard | None = N
     return 1
 
 
-def main(args: list[str]) -> int | None:
-    return forward(args, deadline.standard_input(), sys.stdout, sys.stderr, deadline.ACTIVE)
+def main(args: list[str], looked: bool = False) -> int | None:
+    return forward(args, deadline.standard_input(), sys.stdout, sys.stderr, deadline.ACTIVE,
+                   looked)
