@@ -18,10 +18,9 @@ import re
 import threading
 from bisect import bisect_left
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import field
 from typing import Protocol, TypeVar
 
-from nri_numa.frozen import frozen
+from nri_numa.frozen import field, frozen
 
 log = logging.getLogger(__name__)
 

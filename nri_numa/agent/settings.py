@@ -12,11 +12,10 @@ This module loads nothing heavy: the CLI imports it for the defaults it prints i
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import fields, replace
 from pathlib import Path
 from typing import Any
 
-from nri_numa.frozen import frozen
+from nri_numa.frozen import fields, frozen, replace
 from nri_numa.podresources import DEFAULT_SOCKET as DEFAULT_POD_RESOURCES_SOCKET
 from nri_numa.safeio.bounds import clip, join_problems, quote
 

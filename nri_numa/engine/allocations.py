@@ -10,7 +10,6 @@ state value.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import field
 from functools import cached_property
 from types import MappingProxyType
 from typing import Any
@@ -18,7 +17,7 @@ from typing import Any
 from nri_numa.engine.cpu.topology import checked_mask
 from nri_numa.engine.hints import Hint
 from nri_numa.engine.memory import MemoryState, MemoryStateError
-from nri_numa.frozen import frozen
+from nri_numa.frozen import field, frozen
 from nri_numa.topology.cpulist import MAX_ID, ListFormatError, format_list, parse_list
 
 

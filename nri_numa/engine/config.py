@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping
-from dataclasses import field, fields
 from enum import StrEnum
 from functools import cached_property
 from types import MappingProxyType
@@ -30,7 +29,7 @@ from nri_numa.engine.policy.options import (DEFAULT_MAX_ALLOWABLE_NUMA_NODES,
                                             MAX_ALLOWABLE_NUMA_NODES, PREFER_CLOSEST_NUMA_NODES)
 from nri_numa.engine.quantity import MAX_INT64
 from nri_numa.engine.request import RequestError, hugepage_size_kib
-from nri_numa.frozen import frozen
+from nri_numa.frozen import field, fields, frozen
 from nri_numa.safeio.bounds import clip, quote
 
 

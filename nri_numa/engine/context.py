@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import replace
 from functools import cached_property
 from types import MappingProxyType
 
@@ -20,7 +19,7 @@ from nri_numa.engine.memory import MemoryState, check_reserved_memory
 from nri_numa.engine.merge import MachineMerge
 from nri_numa.engine.policy.options import (DEFAULT_MAX_ALLOWABLE_NUMA_NODES,
                                             MAX_ALLOWABLE_NUMA_NODES)
-from nri_numa.frozen import frozen
+from nri_numa.frozen import frozen, replace
 from nri_numa.topology.cpulist import format_list
 from nri_numa.topology.model import Topology
 

@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import field
 from types import MappingProxyType
 from typing import Any
 
 from nri_numa.engine.hints import Hint
 from nri_numa.engine.providers import ResourceDemand
-from nri_numa.frozen import frozen
+from nri_numa.frozen import field, frozen
 from nri_numa.topology.cpulist import format_list
 
 

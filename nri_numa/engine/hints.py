@@ -10,16 +10,16 @@ from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
 
 from nri_numa.engine.bitmask import bits, is_narrower, mask_of
+from nri_numa.frozen import field, frozen
 
 
 class MergeError(ValueError):
     """Input the merge cannot use; the message names the problem."""
 
 
-@dataclass(frozen=True, slots=True)
+@frozen(slots=True)
 class Hint:
     affinity: frozenset[int] | None
     preferred: bool

@@ -15,11 +15,10 @@ from __future__ import annotations
 
 import operator
 from collections.abc import Callable, Sequence
-from dataclasses import field
 
 from nri_numa.engine.bitmask import bits, is_narrower, mask_of
 from nri_numa.engine.hints import MergeError
-from nri_numa.frozen import frozen
+from nri_numa.frozen import field, frozen
 
 FitterKey = Callable[[int], tuple]
 

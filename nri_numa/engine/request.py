@@ -15,14 +15,13 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Mapping
-from dataclasses import field
 from enum import StrEnum
 from functools import cached_property
 from types import MappingProxyType
 from typing import Any
 
 from nri_numa.engine.quantity import QuantityError, bytes_value, format_binary
-from nri_numa.frozen import frozen
+from nri_numa.frozen import field, frozen
 from nri_numa.safeio.bounds import quote
 from nri_numa.topology.cpulist import MAX_ID
 

@@ -20,7 +20,6 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Mapping
-from dataclasses import replace
 from enum import StrEnum
 from typing import Any
 
@@ -30,7 +29,7 @@ from nri_numa.engine.manifest import pod_from_manifest
 from nri_numa.engine.request import PodRequest, RequestError
 from nri_numa.extender.cache import NodeCache
 from nri_numa.extender.shapes import pod_shape
-from nri_numa.frozen import frozen
+from nri_numa.frozen import frozen, replace
 from nri_numa.safeio.bounds import BoundError
 from nri_numa.topology.cpulist import format_list
 

@@ -18,10 +18,9 @@ their container is no longer placed; a cgroup that can no longer be written is l
 from __future__ import annotations
 
 import os
-from dataclasses import field
 from typing import TYPE_CHECKING
 
-from nri_numa.frozen import frozen
+from nri_numa.frozen import field, frozen
 from nri_numa.hook.cgroup import CgroupFs, ContainerCgroup
 from nri_numa.hook.procs import ProcessId
 from nri_numa.state.encoding import LedgerEncoder, RecordsEncoder

@@ -17,13 +17,12 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from nri_numa.engine.context import EngineContext
 from nri_numa.engine.decision import Placement
 from nri_numa.engine.request import ContainerRequest, RequestError
-from nri_numa.frozen import frozen
+from nri_numa.frozen import frozen, replace
 from nri_numa.hook.annotations import engine_annotations
 from nri_numa.runtime.container import RuntimeContainer, RuntimePod
 from nri_numa.runtime.to_request import (container_request, pod_identity, pod_qos, pod_request,

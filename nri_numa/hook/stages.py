@@ -21,12 +21,11 @@ import logging
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from nri_numa.engine.annotations import AnnotationError
-from nri_numa.frozen import frozen
+from nri_numa.frozen import field, frozen
 from nri_numa.hook.cgroup import (CgroupError, CgroupFs, ContainerCgroup, ProcessGone, locate,
                                   write_cpuset)
 from nri_numa.hook.machine import Machine

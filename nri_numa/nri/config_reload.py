@@ -15,12 +15,11 @@ import logging
 import os
 import threading
 from collections.abc import Callable
-from dataclasses import fields
 from pathlib import Path
 
 from nri_numa.agent.settings import KEYS, AgentSettings, MetricsAddress
 from nri_numa.engine.config import EngineConfig
-from nri_numa.frozen import frozen
+from nri_numa.frozen import fields, frozen
 from nri_numa.nri.session import PluginError
 
 log = logging.getLogger(__name__)

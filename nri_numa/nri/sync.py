@@ -9,7 +9,6 @@ expect, where the runtime says it runs elsewhere.
 
 from __future__ import annotations
 
-from dataclasses import replace
 
 from nri_numa.engine.admit import admit
 from nri_numa.engine.allocations import Allocations, AllocationsError, ContainerAllocation
@@ -23,6 +22,7 @@ from nri_numa.engine.memory import adopt as adopt_memory
 from nri_numa.engine.quantity import format_binary
 from nri_numa.engine.request import (ContainerRequest, PodRequest, QosClass, RequestError,
                                      guaranteed_cpus)
+from nri_numa.frozen import replace
 from nri_numa.nri import decision_log, translate
 from nri_numa.nri.container_requests import RequestReader, pod_as_known
 from nri_numa.nri.decision_log import log

@@ -23,13 +23,12 @@ A small YAML or JSON file::
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import field
 from functools import cached_property
 from pathlib import Path
 from typing import Any
 
 from nri_numa.agent.inputs import InputFileError, read_text, yaml_documents
-from nri_numa.frozen import frozen
+from nri_numa.frozen import field, frozen
 from nri_numa.podresources.pb import api_pb2 as pr
 from nri_numa.safeio.bounds import quote
 from nri_numa.safeio.documents import known_mapping

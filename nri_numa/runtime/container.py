@@ -10,10 +10,9 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import field
 from types import MappingProxyType
 
-from nri_numa.frozen import frozen
+from nri_numa.frozen import field, frozen
 from nri_numa.safeio.bounds import MAX_NAME, clip, quote
 from nri_numa.topology.cpulist import ListFormatError, parse_list
 

@@ -30,13 +30,12 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable, Mapping
-from dataclasses import field
 from pathlib import Path
 from types import MappingProxyType
 
 from nri_numa.engine.context import GPU_RESOURCE
 from nri_numa.engine.devices.requested import PCI_PREFIX
-from nri_numa.frozen import frozen
+from nri_numa.frozen import field, frozen
 from nri_numa.runtime.cdi import (AUTO, CDI, INJECTION_MODES, NODES, CdiRegistry, host_device,
                                   runtime_applies_cdi)
 from nri_numa.runtime.device_markers import NVIDIA_MAJOR, NVIDIA_VISIBLE_DEVICES

@@ -5,11 +5,11 @@ ledger."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
 from nri_numa.engine.request import ContainerRequest, RequestError
+from nri_numa.frozen import field, frozen
 from nri_numa.topology.cpulist import ListFormatError, format_cached, parse_list
 
 
@@ -20,7 +20,7 @@ class RecordError(ValueError):
     """A record in a checkpoint payload that cannot be read; the message names it."""
 
 
-@dataclass(frozen=True, slots=True)
+@frozen(slots=True)
 class PodRecord:
     """A pod the plugin placed containers of: what the engine's request needs of it."""
 
@@ -48,7 +48,7 @@ class PodRecord:
                    _str_map(d.get("annotations", {}), f"{where}.annotations"))
 
 
-@dataclass(frozen=True, slots=True)
+@frozen(slots=True)
 class ContainerRecord:
     """A container the plugin manages: the engine's request for it, and its exclusive CPUs.
     A shared container runs on the shared pool: the NRI plugin's record of it holds no CPUs

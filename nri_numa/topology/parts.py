@@ -12,10 +12,9 @@ falls back to the lowest CPU of the package. Offline CPUs keep their NUMA node (
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import field
 from types import MappingProxyType
 
-from nri_numa.frozen import frozen
+from nri_numa.frozen import field, frozen
 
 # nvmlGpuTopologyLevel_t, nearest first; the same words name PCIe relationships between any two
 # devices (see pcie_level).

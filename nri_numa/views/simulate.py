@@ -10,7 +10,6 @@ a file that cannot be read or parsed at all stops everything (``InputError``).
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import field
 from enum import StrEnum
 from pathlib import Path
 from types import MappingProxyType
@@ -23,7 +22,7 @@ from nri_numa.engine.context import EngineContext
 from nri_numa.engine.decision import Decision
 from nri_numa.engine.manifest import pod_from_manifest
 from nri_numa.engine.request import PodRequest, QosClass, RequestError
-from nri_numa.frozen import frozen
+from nri_numa.frozen import field, frozen
 from nri_numa.safeio.bounds import MAX_NAME, clip, join_problems, one_line, quote
 from nri_numa.state.ledger import Ledger
 from nri_numa.topology.model import Topology

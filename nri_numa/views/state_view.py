@@ -21,7 +21,6 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Mapping
-from dataclasses import field
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
@@ -29,7 +28,7 @@ from typing import Any
 from nri_numa.engine.allocations import Allocations, AllocationsError
 from nri_numa.engine.memory import MemoryState
 from nri_numa.engine.request import QosClass
-from nri_numa.frozen import frozen
+from nri_numa.frozen import field, frozen
 from nri_numa.hook.shared_ledger import PROCESSES_KEY
 from nri_numa.runtime.cpuset_cgroups import CgroupReading, CpusetTree, find_cpuset_tree, locate_all, readings
 from nri_numa.runtime.to_request import qos_from_cgroup_parent

@@ -6,19 +6,20 @@ from __future__ import annotations
 import copy
 import dataclasses
 import pickle
-from dataclasses import FrozenInstanceError, field
+from dataclasses import FrozenInstanceError
 
 import pytest
 
-from nri_numa.frozen import frozen
+from nri_numa import frozen as frozen_module
+from nri_numa.frozen import field, frozen
 
 
 def both(make):
-    """The class ``make(decorator)`` builds, once with each decorator."""
-    return make(frozen), make(dataclasses.dataclass(frozen=True))
+    """The class ``make(decorator, field)`` builds, once with each decorator and its field."""
+    return make(frozen, field), make(dataclasses.dataclass(frozen=True), dataclasses.field)
 
 
-def _point(decorate):
+def _point(decorate, field):
     @decorate
     class Point:
         x: int
@@ -34,7 +35,7 @@ def _point(decorate):
     return Point
 
 
-def _single(decorate):
+def _single(decorate, field):
     @decorate
     class Single:
         value: float
@@ -42,7 +43,7 @@ def _single(decorate):
     return Single
 
 
-def _empty(decorate):
+def _empty(decorate, field):
     @decorate
     class Empty:
         pass
@@ -202,10 +203,26 @@ def test_what_it_does_not_support_is_refused_at_definition():
             a: int = 0
             b: int
 
-    with pytest.raises(TypeError, match="keyword-only"):
+    with pytest.raises(TypeError, match="KW_ONLY"):
         @frozen
         class KwOnly:
-            a: int = field(kw_only=True)
+            _: dataclasses.KW_ONLY
+            a: int = 0
+
+    with pytest.raises(TypeError, match="a dataclasses.field"):
+        @frozen
+        class TheirField:
+            a: list = dataclasses.field(default_factory=list)
+
+    with pytest.raises(ValueError, match="mutable default <class 'list'> for field a"):
+        @frozen
+        class MutableDefault:
+            a: list = []
+
+    with pytest.raises(TypeError, match="has no type annotation"):
+        @frozen
+        class Unannotated:
+            a = field(default=1)
 
     with pytest.raises(TypeError, match="InitVar"):
         @frozen
@@ -219,3 +236,58 @@ def test_what_it_does_not_support_is_refused_at_definition():
 
             def __setattr__(self, name, value):
                 pass
+
+
+@frozen(slots=True)
+class Slotted:
+    a: int
+    names: tuple[str, ...] = ()
+    extra: dict = field(default_factory=dict, compare=False)
+
+
+def test_slots_make_instances_without_a_dict_that_still_copy_and_pickle():
+    s = Slotted(1, ("x",))
+    assert not hasattr(s, "__dict__") and Slotted.__slots__ == ("a", "names", "extra")
+    assert s == Slotted(1, ("x",), {"k": 1}) and hash(s) == hash(Slotted(1, ("x",)))
+    with pytest.raises(FrozenInstanceError):
+        s.a = 2
+    for again in (copy.copy(s), copy.deepcopy(s), pickle.loads(pickle.dumps(s))):
+        assert again == s and again.names == ("x",) and type(again) is Slotted
+    assert dataclasses.replace(s, a=2).a == 2
+    assert Slotted.__qualname__ == "Slotted" and Slotted.__name__ == "Slotted"
+
+
+def test_fields_and_replace_of_this_module_match_the_dataclasses_ones():
+    Point, _ = both(_point)
+    p = Point(1, tags=("a",))
+    assert [f.name for f in frozen_module.fields(p)] == [f.name for f in dataclasses.fields(p)]
+    assert frozen_module.replace(p, y=9) == dataclasses.replace(p, y=9)
+    with pytest.raises(ValueError, match="init=False"):
+        frozen_module.replace(p, cached=1)
+    with pytest.raises(TypeError, match="unexpected keyword argument 'nope'"):
+        frozen_module.replace(p, nope=1)
+
+
+def test_class_variables_are_not_fields():
+    from typing import ClassVar
+
+    @frozen
+    class WithClassVar:
+        limit: ClassVar[int] = 5
+        a: int = 0
+
+    assert [f.name for f in frozen_module.fields(WithClassVar)] == ["a"]
+    assert WithClassVar.limit == 5 and WithClassVar(2).a == 2
+
+
+def test_defining_a_class_does_not_load_dataclasses():
+    import subprocess
+    import sys
+
+    code = ("import sys\nfrom nri_numa.frozen import field, frozen\n"
+            "@frozen\nclass A:\n    x: int\n    y: list = field(default_factory=list)\n"
+            "assert A(1) == A(1) and repr(A(1)) == 'A(x=1, y=[])'\n"
+            "print('dataclasses' in sys.modules)\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          check=True)
+    assert done.stdout.strip() == "False"

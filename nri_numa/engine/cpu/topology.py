@@ -19,12 +19,11 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import field
 from functools import cached_property
 from types import MappingProxyType
 from typing import Any
 
-from nri_numa.frozen import frozen
+from nri_numa.frozen import field, frozen
 from nri_numa.topology.model import Topology
 
 

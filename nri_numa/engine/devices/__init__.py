@@ -15,10 +15,9 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import field
 from types import MappingProxyType
 
-from nri_numa.frozen import frozen
+from nri_numa.frozen import field, frozen
 
 # (available ids, ids that must be in the answer, how many in all) -> preferred ids, best first.
 # The kubelet's GetPreferredAllocation call, answered in-process.

@@ -26,7 +26,6 @@ a block over its group, comparing two machine states, the machine's capacity) ar
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import field
 from functools import cached_property
 from types import MappingProxyType
 from typing import Any
@@ -35,7 +34,7 @@ from nri_numa.engine.memory.nodes import (MachineCapacity, Mask, MemoryTable, No
                                           machine_state_difference, reserve_on)
 from nri_numa.engine.memory.resources import MEMORY, hugepage_resource_name, is_memory_resource
 from nri_numa.engine.quantity import format_binary
-from nri_numa.frozen import frozen
+from nri_numa.frozen import field, frozen
 from nri_numa.topology.model import Topology
 
 ReservedMemory = Mapping[int, Mapping[str, int]]  # node → resource → bytes

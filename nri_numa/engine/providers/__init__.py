@@ -10,7 +10,6 @@ for a refusal, what was asked and what each NUMA node had free.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import field
 from types import MappingProxyType
 from typing import Protocol
 
@@ -18,7 +17,7 @@ from nri_numa.engine.allocations import Allocations
 from nri_numa.engine.context import EngineContext
 from nri_numa.engine.hints import Hint
 from nri_numa.engine.request import ContainerRequest, PodRequest
-from nri_numa.frozen import frozen
+from nri_numa.frozen import field, frozen
 
 ProviderHints = Mapping[str, list[Hint] | None] | None
 

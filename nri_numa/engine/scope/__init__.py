@@ -8,14 +8,13 @@ Both place a container the same way: record the hint, then let every provider al
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 
 from nri_numa.engine.allocations import Allocations
 from nri_numa.engine.context import EngineContext
 from nri_numa.engine.hints import Hint
 from nri_numa.engine.providers import AllocationFailure, Provider, ProviderHints
 from nri_numa.engine.request import ContainerRequest, PodRequest
-from nri_numa.frozen import frozen
+from nri_numa.frozen import field, frozen
 from nri_numa.topology.cpulist import format_list
 
 
@@ -38,7 +37,7 @@ class Refused(Exception):
         self.container, self.reason, self.detail, self.resource = container, reason, detail, resource
 
 
-@dataclass
+@frozen
 class ScopeRun:
     ctx: EngineContext
     providers: Sequence[Provider]

@@ -9,11 +9,10 @@ NICs refer to nodes by their kernel id (what ``numactl`` prints), which is the n
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import field
 from enum import StrEnum
 from types import MappingProxyType
 
-from nri_numa.frozen import frozen
+from nri_numa.frozen import field, frozen
 
 GIB = 1 << 30
 HUGEPAGE_SIZES_KIB = (2048, 1048576)  # x86: every node has a folder for both sizes
