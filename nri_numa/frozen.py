@@ -6,8 +6,11 @@
 classes before it does any work. ``@frozen`` makes the same values without either:
 
 * it reads the fields from the class's annotations itself (``field()`` here for the options);
-* ``__init__`` is compiled on the class's first instantiation, from the source dataclasses
-  would write, so an instance costs what it did, and a class never instantiated costs nothing;
+* ``__init__`` has the signature dataclasses would give it but is compiled from nothing: one
+  generic function's code with the class's parameter names put in, whose body hands its
+  arguments to a loop over the fields; a class instantiated 64 times then gets an ``__init__``
+  compiled for it, from one template per shape of fields, as fast as dataclasses' (the agent's
+  hot values), while a hook process compiles none;
 * ``__repr__``, ``__eq__``, ``__hash__``, ``__setattr__`` and ``__delattr__`` are functions
   shared by all classes, reading each class's field names;
 * ``fields`` and ``replace`` here work on its classes (and on any dataclass); the
@@ -20,16 +23,18 @@ fields inherited from ``@frozen`` bases, defaults (an unhashable one refused, as
 ``field(default_factory=...)``, ``field(init=False)`` (set in ``__post_init__`` with
 ``object.__setattr__``), ``compare``/``hash``/``repr`` per field, ``ClassVar`` annotations left
 out, ``__post_init__``, ``__match_args__``, methods a class writes itself kept,
-``dataclasses.FrozenInstanceError`` on assignment, equality only between instances of the same class,
-``slots=True``. What it refuses at definition, so that nothing silently behaves otherwise:
+``dataclasses.FrozenInstanceError`` on assignment, equality only between instances of the same
+class, ``slots=True``. What it refuses at definition, so that nothing silently behaves otherwise:
 ``InitVar`` and keyword-only fields, a field without a default after one with a default, a
 ``dataclasses.field`` (this module's ``field`` is the one it reads).
 """
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable
 from operator import attrgetter
+from types import FunctionType
 from typing import Any, TypeVar, dataclass_transform
 
 __all__ = ["MISSING", "Field", "field", "fields", "frozen", "replace"]
@@ -144,7 +149,7 @@ def _make_frozen(cls: T, eq: bool, slots: bool) -> T:
     cls.__setattr__ = _frozen_setattr
     cls.__delattr__ = _frozen_delattr
     if "__init__" not in own:
-        cls.__init__ = _first_init(cls)
+        cls.__init__ = _generic_init(cls)
     if "__repr__" not in own:
         cls.__repr__ = _repr
     if eq:
@@ -279,53 +284,144 @@ def _key(names: tuple[str, ...]) -> Callable[[Any], tuple]:
     return staticmethod(lambda obj: ())
 
 
-def _first_init(cls: type) -> Callable[..., None]:
-    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
-        # Only the class that defined it compiles it; a subclass calling super().__init__ too.
-        if cls.__dict__.get("__init__") is __init__:
-            cls.__init__ = _compile_init(cls)
-        cls.__init__(self, *args, **kwargs)
+# Each field's part in __init__: a parameter, a parameter whose default is a factory's call,
+# or no parameter (init=False) with a factory, a default, or nothing (__post_init__ sets it).
+_PARAM, _FACTORY_PARAM, _FACTORY, _DEFAULT, _NOTHING = range(5)
+_GLOBALS = {_SETATTR: object.__setattr__, _NO_VALUE: MISSING}
+# The code of __init__ for each shape of fields, compiled once per process: a class's own is
+# the same code with its field names, factories and defaults put in (CodeType.replace), which
+# costs ~10 us against ~250 us for compiling its source.
+_TEMPLATES: dict[tuple[tuple[int, ...], bool], Any] = {}
+_COMPILE_AFTER = 64
 
-    __init__.__qualname__ = f"{cls.__qualname__}.__init__"
-    return __init__
+
+class _InitPlan:
+    """What a class's generic __init__ sets, and how many times it ran."""
+
+    __slots__ = ("cls", "steps", "post_init", "calls", "init")
+
+    def __init__(self, cls: type) -> None:
+        self.cls = cls
+        self.init: Any = None  # the generic __init__ it belongs to
+        self.steps = tuple((f.name, _part(f), f.default if f.default_factory is MISSING
+                            else f.default_factory) for f in cls.__frozen_fields__)
+        self.post_init = hasattr(cls, "__post_init__")
+        self.calls = 0
+
+
+def _fill(plan: _InitPlan, self: Any, given: dict[str, Any]) -> None:
+    """The generic __init__'s body: ``given`` is its arguments (its locals)."""
+    for name, part, extra in plan.steps:
+        if part == _PARAM:
+            value = given[name]
+        elif part == _FACTORY_PARAM:
+            value = given[name]
+            if value is MISSING:
+                value = extra()
+        elif part == _FACTORY:
+            value = extra()
+        elif part == _DEFAULT:
+            value = extra
+        else:
+            continue
+        object.__setattr__(self, name, value)
+    plan.calls += 1
+    if plan.calls == _COMPILE_AFTER and plan.cls.__dict__.get("__init__") is plan.init:
+        plan.cls.__init__ = _compile_init(plan.cls)
+    if plan.post_init:
+        self.__post_init__()
+
+
+_GLOBALS["__frozen_fill__"] = _fill
+exec("def __init__(self):\n    __frozen_fill__('\\x00plan', self, locals())\n",  # noqa: S102
+     _GLOBALS, _GENERIC := {})
+_GENERIC_CODE = _GENERIC["__init__"].__code__
+
+
+def _generic_init(cls: type) -> Callable[..., None]:
+    """``__init__`` with the signature dataclasses would give, whose body hands its arguments
+    to ``_fill``: made without compiling anything (the code of one function, with the class's
+    parameter names and plan put in). A class instantiated ``_COMPILE_AFTER`` times then gets
+    the compiled one, a few times faster per call."""
+    plan = _InitPlan(cls)
+    names, defaults = _parameters(cls)
+    consts = tuple(plan if c == "\x00plan" else c for c in _GENERIC_CODE.co_consts)
+    code = _GENERIC_CODE.replace(co_argcount=len(names) + 1, co_nlocals=len(names) + 1,
+                                 co_varnames=("self", *names), co_consts=consts,
+                                 co_qualname=f"{cls.__qualname__}.__init__")
+    init = plan.init = FunctionType(code, _GLOBALS, "__init__", defaults)
+    init.__module__ = cls.__module__
+    return init
+
+
+def _parameters(cls: type) -> tuple[list[str], tuple[Any, ...] | None]:
+    """__init__'s parameter names and defaults (MISSING where a factory is called)."""
+    names, defaults = [], []
+    for f in cls.__frozen_fields__:
+        if f.init:
+            names.append(f.name)
+            if f.default is not MISSING:
+                defaults.append(f.default)
+            elif f.default_factory is not MISSING:
+                defaults.append(MISSING)
+    return names, tuple(defaults) or None
+
+
+def _part(f: Field) -> int:
+    if f.init:
+        return _PARAM if f.default_factory is MISSING else _FACTORY_PARAM
+    if f.default_factory is not MISSING:
+        return _FACTORY
+    return _NOTHING if f.default is MISSING else _DEFAULT
+
+
+def _template(shape: tuple[int, ...], post_init: bool) -> Any:
+    code = _TEMPLATES.get((shape, post_init))
+    if code is not None:
+        return code
+    params, body = [], []
+    for i, part in enumerate(shape):
+        if part in (_PARAM, _FACTORY_PARAM):  # defaults come with each class's function
+            params.append(f", p{i}")
+        value = {_PARAM: f"p{i}",
+                 _FACTORY_PARAM: f"{_placeholder('factory', i)}() if p{i} is {_NO_VALUE} "
+                                 f"else p{i}",
+                 _FACTORY: f"{_placeholder('factory', i)}()",
+                 _DEFAULT: _placeholder("default", i)}.get(part)
+        if value is not None:
+            body.append(f"    {_SETATTR}(self, {_placeholder('name', i)}, {value})")
+    if post_init:
+        body.append("    self.__post_init__()")
+    source = f"def __init__(self{''.join(params)}):\n" + "\n".join(body or ["    pass"]) + "\n"
+    namespace: dict[str, Any] = {}
+    with warnings.catch_warnings():  # "'str' object is not callable": a factory's placeholder
+        warnings.simplefilter("ignore", SyntaxWarning)
+        exec(source, _GLOBALS, namespace)  # noqa: S102 - source built above, no user text
+    code = _TEMPLATES[(shape, post_init)] = namespace["__init__"].__code__
+    return code
+
+
+def _placeholder(what: str, index: int) -> str:
+    """A string constant in a template, replaced in each class's code by what it stands for;
+    a string literal there, so a factory or a default is loaded as a constant."""
+    return repr(f"\x00{what}{index}")
 
 
 def _compile_init(cls: type) -> Callable[..., None]:
-    """``__init__`` as dataclasses writes it for a frozen class, compiled now."""
-    params, body = [], []
-    values: dict[str, Any] = {_SETATTR: object.__setattr__, _NO_VALUE: MISSING}
-    for f in cls.__frozen_fields__:
-        factory = f.default_factory is not MISSING
-        if factory:
-            values[f"__factory_{f.name}__"] = f.default_factory
-        if f.init:
-            if factory:
-                params.append(f"{f.name}={_NO_VALUE}")
-                value = f"__factory_{f.name}__() if {f.name} is {_NO_VALUE} else {f.name}"
-            elif f.default is not MISSING:
-                values[f"__default_{f.name}__"] = f.default
-                params.append(f"{f.name}=__default_{f.name}__")
-                value = f.name
-            else:
-                params.append(f.name)
-                value = f.name
-        elif factory:
-            value = f"__factory_{f.name}__()"
-        elif f.default is not MISSING:
-            values[f"__default_{f.name}__"] = f.default
-            value = f"__default_{f.name}__"
-        else:
-            continue  # set by __post_init__
-        body.append(f"  {_SETATTR}(self, {f.name!r}, {value})")
-    if hasattr(cls, "__post_init__"):
-        body.append("  self.__post_init__()")
-    source = (f"def __make__({', '.join(values)}):\n"
-              f" def __init__(self{''.join(', ' + p for p in params)}):\n"
-              + "\n".join(body or ["  pass"]) + "\n return __init__\n")
-    namespace: dict[str, Any] = {}
-    exec(source, {}, namespace)  # noqa: S102 - source built above from field names only
-    init = namespace["__make__"](*values.values())
-    init.__qualname__ = f"{cls.__qualname__}.__init__"
+    """``__init__`` as dataclasses writes it for a frozen class: the template of the class's
+    shape of fields with its names, factories and defaults put in."""
+    all_fields = cls.__frozen_fields__
+    template = _template(tuple(_part(f) for f in all_fields), hasattr(cls, "__post_init__"))
+    stands_for: dict[str, Any] = {}
+    for i, f in enumerate(all_fields):
+        stands_for[f"\x00name{i}"] = f.name
+        stands_for[f"\x00factory{i}"] = f.default_factory
+        stands_for[f"\x00default{i}"] = f.default
+    names, defaults = _parameters(cls)
+    consts = tuple(stands_for.get(c, c) if type(c) is str else c for c in template.co_consts)
+    code = template.replace(co_varnames=("self", *names, *template.co_varnames[len(names) + 1:]),
+                            co_consts=consts, co_qualname=f"{cls.__qualname__}.__init__")
+    init = FunctionType(code, _GLOBALS, "__init__", defaults)
     init.__module__ = cls.__module__
     return init
 

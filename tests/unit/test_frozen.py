@@ -14,9 +14,18 @@ from nri_numa import frozen as frozen_module
 from nri_numa.frozen import field, frozen
 
 
-def both(make):
+@pytest.fixture(params=["generic", "compiled"])
+def phase(request):
+    """Each class's __init__ as it starts (generic) and as it is once compiled."""
+    return request.param
+
+
+def both(make, phase="generic"):
     """The class ``make(decorator, field)`` builds, once with each decorator and its field."""
-    return make(frozen, field), make(dataclasses.dataclass(frozen=True), dataclasses.field)
+    ours = make(frozen, field)
+    if phase == "compiled":
+        ours.__init__ = frozen_module._compile_init(ours)
+    return ours, make(dataclasses.dataclass(frozen=True), dataclasses.field)
 
 
 def _point(decorate, field):
@@ -53,8 +62,8 @@ def _empty(decorate, field):
 
 @pytest.mark.parametrize("args, kwargs", [((1,), {}), ((1, 5), {}), ((), {"x": 3, "tags": ("a",)}),
                                           ((4, 5, ("t",), [1], "q"), {})])
-def test_instances_equal_to_the_dataclass_ones_in_values_repr_and_hash(args, kwargs):
-    ours, theirs = both(_point)
+def test_instances_equal_to_the_dataclass_ones_in_values_repr_and_hash(args, kwargs, phase):
+    ours, theirs = both(_point, phase)
     a, b = ours(*args, **kwargs), theirs(*args, **kwargs)
     assert repr(a).replace("_point.<locals>.", "") == repr(b).replace("_point.<locals>.", "")
     assert dataclasses.astuple(a) == dataclasses.astuple(b)
@@ -63,34 +72,34 @@ def test_instances_equal_to_the_dataclass_ones_in_values_repr_and_hash(args, kwa
     assert a != b  # another class, as between two dataclasses
 
 
-def test_compare_false_fields_are_left_out_of_eq_and_hash():
-    Point, _ = both(_point)
+def test_compare_false_fields_are_left_out_of_eq_and_hash(phase):
+    Point, _ = both(_point, phase)
     a, b = Point(1, seen=[1]), Point(1, seen=[2])
     assert a == b and hash(a) == hash(b)
     assert Point(1) != Point(1, y=3)
     assert len({Point(1), Point(1), Point(2)}) == 2
 
 
-def test_one_field_and_no_field_classes():
-    Single, _ = both(_single)
+def test_one_field_and_no_field_classes(phase):
+    Single, _ = both(_single, phase)
     assert Single(1.5) == Single(1.5) and Single(1.5) != Single(2.0)
     assert hash(Single(1.5)) == hash(Single(1.5))
     nan = float("nan")
     assert Single(nan) == Single(nan)  # same object: tuples compare by identity first
-    Empty, TheirEmpty = both(_empty)
+    Empty, TheirEmpty = both(_empty, phase)
     assert Empty() == Empty() and hash(Empty()) == hash(Empty())
     assert repr(Empty()).endswith("Empty()")
     assert Empty().__eq__(TheirEmpty()) is NotImplemented
 
 
-def test_default_factory_gives_a_new_value_per_instance():
-    Point, _ = both(_point)
+def test_default_factory_gives_a_new_value_per_instance(phase):
+    Point, _ = both(_point, phase)
     a, b = Point(1), Point(1)
     assert a.seen == [] and a.seen is not b.seen
 
 
-def test_assignment_and_deletion_raise_frozen_instance_error():
-    Point, _ = both(_point)
+def test_assignment_and_deletion_raise_frozen_instance_error(phase):
+    Point, _ = both(_point, phase)
     p = Point(1)
     with pytest.raises(FrozenInstanceError, match="cannot assign to field 'x'"):
         p.x = 2
@@ -101,8 +110,8 @@ def test_assignment_and_deletion_raise_frozen_instance_error():
     assert p.x == 1
 
 
-def test_wrong_arguments_raise_as_a_function_would():
-    Point, _ = both(_point)
+def test_wrong_arguments_raise_as_a_function_would(phase):
+    Point, _ = both(_point, phase)
     with pytest.raises(TypeError, match="missing 1 required positional argument: 'x'"):
         Point()
     with pytest.raises(TypeError, match="unexpected keyword argument 'cached'"):
@@ -111,8 +120,8 @@ def test_wrong_arguments_raise_as_a_function_would():
         Point(1, 2, (), [], "l", 9)
 
 
-def test_dataclass_functions_work():
-    Point, _ = both(_point)
+def test_dataclass_functions_work(phase):
+    Point, _ = both(_point, phase)
     p = Point(1, tags=("a",))
     assert dataclasses.is_dataclass(Point) and dataclasses.is_dataclass(p)
     assert [f.name for f in dataclasses.fields(Point)] == ["x", "y", "tags", "seen", "label",
@@ -140,7 +149,7 @@ class PICKLED:
     names: tuple[str, ...] = ()
 
 
-def test_subclasses_extend_fields_and_each_compiles_its_own_init():
+def test_subclasses_extend_fields_and_each_has_its_own_init():
     @frozen
     class Base:
         a: int
@@ -257,8 +266,8 @@ def test_slots_make_instances_without_a_dict_that_still_copy_and_pickle():
     assert Slotted.__qualname__ == "Slotted" and Slotted.__name__ == "Slotted"
 
 
-def test_fields_and_replace_of_this_module_match_the_dataclasses_ones():
-    Point, _ = both(_point)
+def test_fields_and_replace_of_this_module_match_the_dataclasses_ones(phase):
+    Point, _ = both(_point, phase)
     p = Point(1, tags=("a",))
     assert [f.name for f in frozen_module.fields(p)] == [f.name for f in dataclasses.fields(p)]
     assert frozen_module.replace(p, y=9) == dataclasses.replace(p, y=9)
@@ -291,3 +300,25 @@ def test_defining_a_class_does_not_load_dataclasses():
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           check=True)
     assert done.stdout.strip() == "False"
+
+
+def test_a_class_gets_its_compiled_init_after_64_instances_and_keeps_behaving_alike():
+    Point, _ = both(_point)
+    generic = Point.__init__
+    made = [Point(i, tags=("t",)) for i in range(frozen_module._COMPILE_AFTER)]
+    assert Point.__init__ is not generic
+    again = [Point(i, tags=("t",)) for i in range(frozen_module._COMPILE_AFTER)]
+    assert made == again and [p.cached for p in again] == [i * 10 for i in range(len(again))]
+    assert again[0].seen is not again[1].seen
+
+
+def test_a_subclass_calling_the_base_init_leaves_the_base_as_it_is():
+    @frozen
+    class Base:
+        a: int
+
+    class Plain(Base):
+        def __init__(self, a: int) -> None:
+            super().__init__(a * 2)
+
+    assert Plain(2).a == 4 and Base(2).a == 2
