@@ -12,10 +12,10 @@ It speaks the wire of nri_numa.hook.client and keeps its rules: the same argumen
 line each way, ``--timeout`` counted from the process's start with the same give-up lines on
 stderr and in the hook log, and a daemon that accepted the run is final (a daemon that dies or
 stalls fails the hook closed). When nobody accepts on ``<state-dir>/hook.sock``, or the
-arguments are anything but a plain hook run (``--help``, a bad option), this process execs the
-full ``nri-numa hook`` with the same arguments and the stdin untouched: that runs the stage in
-process, or with ``--start-daemon`` starts the daemon, exactly as without the fast path. The
-exec keeps the process, so the deadline still counts from its start.
+arguments are anything but a plain hook run (``--help``, a bad option), this process goes on as
+the full ``nri-numa hook`` with the same arguments and the stdin untouched (``run_full_hook``):
+that runs the stage in process, or with ``--start-daemon`` starts the daemon, exactly as
+without the fast path, and the deadline still counts from the process's start.
 """
 
 import _json

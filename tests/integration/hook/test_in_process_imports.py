@@ -10,6 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from nri_numa.topology.synthetic import preset_topology
 from tests.integration.hook.fake_host import FakeHost, oci_state, topology_file, write_bundle
 
@@ -24,18 +26,27 @@ OTHER_COMMANDS = {"nri_numa.cli.main", "nri_numa.cli.run", "nri_numa.cli.explain
                   "nri_numa.cli.simulate", "nri_numa.cli.scheduler_extender"}
 
 
-def run_traced(stage: str, args: list[str], stdin: bytes) -> set[str]:
-    """The modules a hook process imported, from the interpreter's -X importtime trace."""
-    done = subprocess.run([sys.executable, "-X", "importtime", "-m", "nri_numa", "hook", stage,
-                           *args], input=stdin, capture_output=True, text=False, cwd=REPO,
-                          timeout=120)
+FAST_CLIENT = REPO / "nri_numa" / "hook" / "fast_client.py"
+# What the values and the checksum no longer need: dataclasses (and inspect with it), OpenSSL
+# through hashlib; and, once the fast client found no daemon, the socket module.
+LEFT_BEHIND = {"dataclasses", "inspect", "hashlib", "_hashlib", "socket"}
+
+
+def run_traced(stage: str, args: list[str], stdin: bytes, fast_client: bool = False) -> set[str]:
+    """The modules a hook process imported, from the interpreter's -X importtime trace: run as
+    ``nri-numa hook``, or as the shipped hooks run the fast client (``-I -S``, no daemon)."""
+    command = ([sys.executable, "-X", "importtime", "-I", "-S", str(FAST_CLIENT)] if fast_client
+               else [sys.executable, "-X", "importtime", "-m", "nri_numa", "hook"])
+    done = subprocess.run([*command, stage, *args], input=stdin, capture_output=True,
+                          text=False, cwd=REPO, timeout=120)
     trace = done.stderr.decode(errors="replace")
     assert done.returncode == 0, trace[-2000:]
     return {line.rsplit("|", 1)[1].strip() for line in trace.splitlines()
             if line.startswith("import time:") and line.count("|") == 2}
 
 
-def test_create_and_stop_in_process_load_no_device_or_precreate_modules(tmp_path):
+@pytest.mark.parametrize("fast_client", [False, True], ids=["nri-numa hook", "fast client"])
+def test_create_and_stop_in_process_load_no_device_or_precreate_modules(tmp_path, fast_client):
     topology = preset_topology("dgx-h100")  # GPUs and NICs: the device machinery is relevant
     host = FakeHost(tmp_path / "host", 1, topology.online_cpus)
     config = tmp_path / "config.json"
@@ -47,18 +58,22 @@ def test_create_and_stop_in_process_load_no_device_or_precreate_modules(tmp_path
     bundle = write_bundle(host.base, "c1", 1)
     host.start(4242, "/pods/c1")
 
-    created = run_traced("createRuntime", args, oci_state("c1", 4242, bundle))
+    created = run_traced("createRuntime", args, oci_state("c1", 4242, bundle), fast_client)
     assert "nri_numa.engine.admit" in created  # it did place the container
     assert host.cpus("/pods/c1") != topology.online_cpus
     assert not created & DEVICE_AND_PRECREATE
     assert "nri_numa.cli.hook" in created and not created & OTHER_COMMANDS
     assert "argparse" not in created  # plain arguments: read as argparse would, without it
     assert not created & {"fractions", "decimal"}  # no quantity is read: they load on first use
+    if fast_client:
+        assert not created & LEFT_BEHIND, created & LEFT_BEHIND
 
     host.stop(4242)
-    stopped = run_traced("poststop", args, oci_state("c1", None, host.base))
+    stopped = run_traced("poststop", args, oci_state("c1", None, host.base), fast_client)
     assert "nri_numa.hook.stages" in stopped
     assert not stopped & (DEVICE_AND_PRECREATE | OTHER_COMMANDS)
+    if fast_client:
+        assert not stopped & LEFT_BEHIND, stopped & LEFT_BEHIND
 
 
 def test_bad_hook_arguments_still_get_the_whole_parser(tmp_path):
