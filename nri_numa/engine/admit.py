@@ -21,7 +21,6 @@ from nri_numa.engine.providers.memory import MemoryProvider
 from nri_numa.engine.request import ContainerRequest, PodRequest
 from nri_numa.engine.scope import MergeStep, Refused, ScopeRun
 from nri_numa.engine.scope import container as container_scope
-from nri_numa.engine.scope import pod as pod_scope
 from nri_numa.frozen import frozen, replace
 from nri_numa.topology.cpulist import format_list
 
@@ -83,7 +82,12 @@ def _admit(ctx: EngineContext, allocs: Allocations, pod: PodRequest,
            wanted: list[ContainerRequest], policy: TopologyPolicy, scope: TopologyScope,
            within: frozenset[int] | None) -> Admission:
     run = ScopeRun(ctx, PROVIDERS, str(policy), within=within)
-    admit_containers = (pod_scope if scope is TopologyScope.POD else container_scope).admit_containers
+    if scope is TopologyScope.POD:  # loaded on first use: most nodes run the container scope
+        from nri_numa.engine.scope import pod as pod_scope
+
+        admit_containers = pod_scope.admit_containers
+    else:
+        admit_containers = container_scope.admit_containers
     try:
         if short := isolated_shortfall(ctx, allocs, pod, wanted):
             raise Refused(short[0], ISOLATED_REFUSAL, short[1], CPU)

@@ -12,8 +12,6 @@ from nri_numa.engine.config import ConfigError, CpuManagerPolicy, EngineConfig, 
 from nri_numa.engine.config_machine import validate_for_topology
 from nri_numa.engine.cpu import CPUTopology, NotEnoughCPUsError, checked_mask, take_cpus
 from nri_numa.engine.devices import Chooser, Device, Resource
-from nri_numa.engine.devices.gpu_select import gpu_chooser
-from nri_numa.engine.devices.nic_select import nic_chooser
 from nri_numa.engine.devices.requested import NIC_CLASS, PCI_PREFIX, pci_resource
 from nri_numa.engine.memory import MemoryState, check_reserved_memory
 from nri_numa.engine.merge import MachineMerge
@@ -168,6 +166,8 @@ class EngineContext:
     @cached_property
     def choose_gpus(self) -> Chooser:
         """How GPUs (resource ``GPU_RESOURCE``) are picked among those that fit the hint."""
+        from nri_numa.engine.devices.gpu_select import gpu_chooser  # only once GPUs are asked for
+
         return gpu_chooser(self.topology)
 
     @cached_property
@@ -187,6 +187,8 @@ class EngineContext:
         if name == GPU_RESOURCE:
             return self.choose_gpus
         if name.startswith(PCI_PREFIX) and name in self._nic_resource_names:
+            from nri_numa.engine.devices.nic_select import nic_chooser
+
             return nic_chooser(self.topology, given.get(GPU_RESOURCE, ()))
         return None
 

@@ -15,7 +15,6 @@ from nri_numa.engine.admit import Admission, admit, release
 from nri_numa.engine.allocations import Allocations, AllocationsError
 from nri_numa.engine.context import EngineContext
 from nri_numa.engine.request import ContainerRequest, PodRequest
-from nri_numa.engine.resize import resize
 
 LEDGER_VERSION = 1
 
@@ -46,7 +45,10 @@ class Ledger:
 
     def resize(self, pod: PodRequest, before: ContainerRequest,
                after: ContainerRequest) -> Admission:
-        """An in-place resize (nri_numa.engine.resize); swapped in only when admitted."""
+        """An in-place resize (nri_numa.engine.resize, loaded on the first); swapped in only
+        when admitted."""
+        from nri_numa.engine.resize import resize
+
         result = resize(self.ctx, self._allocations, pod, before, after)
         if result.decision.admitted:
             self._allocations = result.allocations

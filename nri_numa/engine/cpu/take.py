@@ -22,7 +22,6 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from nri_numa.engine.cpu.accumulator import PACKED, SPREAD, CPUAllocationError, NotEnoughCPUsError
-from nri_numa.engine.cpu.distributed import take_distributed
 from nri_numa.engine.cpu.packed import take_packed
 from nri_numa.engine.cpu.topology import CPUTopology, checked_mask, set_of
 
@@ -64,7 +63,9 @@ def take_cpu_mask(topology: CPUTopology, available: int, count: int, *,
 def _take(topology: CPUTopology, free: int, count: int, distribute_across_numa: bool,
           cpu_group_size: int, spread_across_cores: bool, align_by_uncore_cache: bool) -> int:
     strategy = SPREAD if spread_across_cores else PACKED
-    if distribute_across_numa:
+    if distribute_across_numa:  # the option is rare: its module loads on first use
+        from nri_numa.engine.cpu.distributed import take_distributed
+
         return take_distributed(topology, free, count, cpu_group_size, strategy)
     return take_packed(topology, free, count, strategy, align_by_uncore_cache)
 

@@ -7,14 +7,11 @@ hint to align to and whether the pod is admitted; ``merge`` is the shared HintMe
 from __future__ import annotations
 
 from collections.abc import Sequence
+from importlib import import_module
 from typing import Protocol
 
 from nri_numa.engine.hints import Hint, MergeError, MergeFn, Slot
-from nri_numa.engine.policy.best_effort import BestEffortPolicy
-from nri_numa.engine.policy.none import NonePolicy
 from nri_numa.engine.policy.options import go_quote
-from nri_numa.engine.policy.restricted import RestrictedPolicy
-from nri_numa.engine.policy.single_numa_node import SingleNumaNodePolicy
 
 
 class Policy(Protocol):
@@ -24,13 +21,21 @@ class Policy(Protocol):
                default_affinity: frozenset[int]) -> tuple[Hint, bool]: ...
 
 
-POLICIES: dict[str, Policy] = {
-    p.name: p for p in (NonePolicy(), BestEffortPolicy(), RestrictedPolicy(), SingleNumaNodePolicy())
-}
+# Each policy's module and class, loaded when the policy is first asked for: a node runs one
+# policy (and the pods' own), and a hook process pays for every module it imports.
+_WHERE = {"none": ("none", "NonePolicy"), "best-effort": ("best_effort", "BestEffortPolicy"),
+          "restricted": ("restricted", "RestrictedPolicy"),
+          "single-numa-node": ("single_numa_node", "SingleNumaNodePolicy")}
+POLICY_NAMES = tuple(_WHERE)
+_LOADED: dict[str, Policy] = {}
 
 
 def policy_by_name(name: str) -> Policy:
-    policy = POLICIES.get(name) if isinstance(name, str) else None
+    policy = _LOADED.get(name) if isinstance(name, str) else None
     if policy is None:
-        raise MergeError(f"unknown policy: {go_quote(str(name))}")
+        where = _WHERE.get(name) if isinstance(name, str) else None
+        if where is None:
+            raise MergeError(f"unknown policy: {go_quote(str(name))}")
+        module, cls = where
+        policy = _LOADED[name] = getattr(import_module(f"{__name__}.{module}"), cls)()
     return policy

@@ -30,6 +30,13 @@ FAST_CLIENT = REPO / "nri_numa" / "hook" / "fast_client.py"
 # What the values and the checksum no longer need: dataclasses (and inspect with it), OpenSSL
 # through hashlib; and, once the fast client found no daemon, the socket module.
 LEFT_BEHIND = {"dataclasses", "inspect", "hashlib", "_hashlib", "socket"}
+# What the engine loads only on first use, none of which this container under single-numa-node
+# with the container scope needs: the other policies, the pod scope, resize, the device
+# choosers, the distributed CPU take.
+ENGINE_ON_USE = {"nri_numa.engine.policy.none", "nri_numa.engine.policy.best_effort",
+                 "nri_numa.engine.policy.restricted", "nri_numa.engine.scope.pod",
+                 "nri_numa.engine.resize", "nri_numa.engine.devices.gpu_select",
+                 "nri_numa.engine.devices.nic_select", "nri_numa.engine.cpu.distributed"}
 
 
 def run_traced(stage: str, args: list[str], stdin: bytes, fast_client: bool = False) -> set[str]:
@@ -62,6 +69,7 @@ def test_create_and_stop_in_process_load_no_device_or_precreate_modules(tmp_path
     assert "nri_numa.engine.admit" in created  # it did place the container
     assert host.cpus("/pods/c1") != topology.online_cpus
     assert not created & DEVICE_AND_PRECREATE
+    assert not created & ENGINE_ON_USE, created & ENGINE_ON_USE
     assert "nri_numa.cli.hook" in created and not created & OTHER_COMMANDS
     assert "argparse" not in created  # plain arguments: read as argparse would, without it
     assert not created & {"fractions", "decimal"}  # no quantity is read: they load on first use

@@ -14,7 +14,7 @@ from bench.baseline_merge import _HintMerger, baseline_merge, filter_providers_h
 from nri_numa.engine import Hint, MergeError, merge_hints
 from nri_numa.engine.bitmask import mask_of
 from nri_numa.engine.numa_info import NumaInfo
-from nri_numa.engine.policy import POLICIES, policy_by_name
+from nri_numa.engine.policy import POLICY_NAMES, policy_by_name
 from nri_numa.engine.policy.single_numa_node import filter_single_numa_hints
 
 ALL = "all"
@@ -313,8 +313,8 @@ def test_narrowest():
 
 
 def test_policy_registry():
-    assert sorted(POLICIES) == ["best-effort", "none", "restricted", "single-numa-node"]
-    assert all(policy_by_name(name).name == name for name in POLICIES)
+    assert sorted(POLICY_NAMES) == ["best-effort", "none", "restricted", "single-numa-node"]
+    assert all(policy_by_name(name).name == name for name in POLICY_NAMES)
 
 
 @pytest.mark.parametrize("call, message", [
