@@ -287,7 +287,6 @@ def _key(names: tuple[str, ...]) -> Callable[[Any], tuple]:
 # Each field's part in __init__: a parameter, a parameter whose default is a factory's call,
 # or no parameter (init=False) with a factory, a default, or nothing (__post_init__ sets it).
 _PARAM, _FACTORY_PARAM, _FACTORY, _DEFAULT, _NOTHING = range(5)
-_GLOBALS = {_SETATTR: object.__setattr__, _NO_VALUE: MISSING}
 # The code of __init__ for each shape of fields, compiled once per process: a class's own is
 # the same code with its field names, factories and defaults put in (CodeType.replace), which
 # costs ~10 us against ~250 us for compiling its source.
@@ -332,9 +331,11 @@ def _fill(plan: _InitPlan, self: Any, given: dict[str, Any]) -> None:
         self.__post_init__()
 
 
-_GLOBALS["__frozen_fill__"] = _fill
+# What every generated __init__ sees as its globals.
+_GLOBALS = {_SETATTR: object.__setattr__, _NO_VALUE: MISSING, "__frozen_fill__": _fill}
+_GENERIC: dict[str, Any] = {}
 exec("def __init__(self):\n    __frozen_fill__('\\x00plan', self, locals())\n",  # noqa: S102
-     _GLOBALS, _GENERIC := {})
+     _GLOBALS, _GENERIC)
 _GENERIC_CODE = _GENERIC["__init__"].__code__
 
 

@@ -222,7 +222,7 @@ def ledger_families(ledger: Ledger,
     if ctx.devices:
         families.append(_device_family(ctx, allocs))
     managed = gauge_family(f"{PREFIX}_containers", "Containers the plugin manages, by "
-                                "where their CPUs come from.", ["cpus"])
+                           "where their CPUs come from.", ["cpus"])
     held = sum(1 for c in containers.values() if c.exclusive)
     managed.add(["exclusive"], held)
     managed.add(["shared"], len(containers) - held)
