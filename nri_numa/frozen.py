@@ -35,11 +35,17 @@ import warnings
 from collections.abc import Callable
 from operator import attrgetter
 from types import FunctionType
-from typing import Any, TypeVar, dataclass_transform
 
 __all__ = ["MISSING", "Field", "field", "fields", "frozen", "replace"]
 
-T = TypeVar("T", bound=type)
+TYPE_CHECKING = False  # as typing.TYPE_CHECKING: a hook process does not import typing
+if TYPE_CHECKING:
+    from typing import Any, TypeVar, dataclass_transform
+
+    T = TypeVar("T", bound=type)
+else:
+    def dataclass_transform(**_: object) -> Callable[[T], T]:
+        return lambda decorated: decorated  # it only speaks to type checkers
 
 
 class _Missing:

@@ -15,8 +15,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
-import stat
 import sys
 import time
 from collections.abc import Mapping
@@ -24,7 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from nri_numa.safeio.bounds import printable
-from nri_numa.safeio.safe_files import APPEND, NotAFile, UnusableFile, open_file, open_folder
+from nri_numa.safeio.log_files import LogFileRefused, open_log_descriptor, open_log_stream
 from nri_numa.topology.cpulist import format_cached
 
 if TYPE_CHECKING:
@@ -34,19 +32,6 @@ TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 # What every LogRecord has: anything else on a record came in through ``extra=``.
 _STANDARD = frozenset(vars(logging.LogRecord("", 0, "", 0, "", (), None))) | {
     "message", "asctime", "taskName"}
-
-
-class LogSetupError(ValueError):
-    """The log cannot be opened; the message names the file."""
-
-
-class LogFileRefused(LogSetupError):
-    """The log file, or its folder (``folder`` true), is a symlink or not what it should be:
-    damage or a plant, not a setting. The message is one line naming it."""
-
-    def __init__(self, message: str, folder: bool = False) -> None:
-        super().__init__(message)
-        self.folder = folder
 
 
 class OneLineFormatter(logging.Formatter):
@@ -124,40 +109,10 @@ def configure(level: str = "info", fmt: str = "text", file: Path | None = None) 
 
 def open_log_file(path: Path, *, create_folder: bool = False,
                   rotate_past: int | None = None) -> logging.Handler:
-    """A handler appending to ``path`` (mode 0600 when made). ``create_folder``: make its
-    folder when missing; ``rotate_past``: a file larger than that many bytes moves to
-    ``<name>.1`` first. LogFileRefused when the file or its folder is a symlink, or the file
-    is neither a regular file nor a character device (/dev/null); LogSetupError when it cannot
-    be opened."""
-    try:
-        folder = open_folder(path.parent, create=create_folder)
-    except NotAFile as e:
-        raise LogFileRefused(f"not logging to {path}: {e}", folder=True) from None
-    except UnusableFile as e:
-        raise LogSetupError(f"cannot open log file {path}: {e.why}") from None
-    if folder is None:
-        raise LogSetupError(f"cannot open log file {path}: No such file or directory")
-    try:
-        if rotate_past is not None:
-            _rotate(folder, path.name, rotate_past)
-        fd = open_file(path.name, APPEND, folder=folder, shown=path, devices=True)
-    except NotAFile as e:
-        raise LogFileRefused(f"not logging to {e}") from None
-    except OSError as e:
-        raise LogSetupError(f"cannot open log file {path}: {e.strerror}") from None
-    finally:
-        os.close(folder)
+    """A handler appending to ``path``, opened as nri_numa.safeio.log_files opens it (the
+    errors it raises, and with the same options)."""
+    fd = open_log_descriptor(path, create_folder=create_folder, rotate_past=rotate_past)
     return _OwnFileHandler(fd)
-
-
-def _rotate(folder: int, name: str, limit: int) -> None:
-    # The rename moves whatever has the name, a link included, and follows nothing.
-    try:
-        info = os.stat(name, dir_fd=folder, follow_symlinks=False)
-        if stat.S_ISREG(info.st_mode) and info.st_size > limit:
-            os.replace(name, name + ".1", src_dir_fd=folder, dst_dir_fd=folder)
-    except OSError:
-        pass  # not rotated: the log grows on, or the open below says what is wrong
 
 
 class _OwnFileHandler(logging.StreamHandler):
@@ -165,8 +120,7 @@ class _OwnFileHandler(logging.StreamHandler):
     opens by name, following whatever the name points to)."""
 
     def __init__(self, fd: int) -> None:
-        # "w" on a descriptor truncates nothing; O_APPEND puts every write at the end.
-        super().__init__(os.fdopen(fd, "w", encoding="utf-8", errors="backslashreplace"))
+        super().__init__(open_log_stream(fd))
 
     def close(self) -> None:
         self.acquire()

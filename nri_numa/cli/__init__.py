@@ -14,7 +14,10 @@ from __future__ import annotations
 import importlib
 import sys
 from types import ModuleType
-from typing import Any
+
+TYPE_CHECKING = False  # as typing.TYPE_CHECKING: a hook process does not import typing
+if TYPE_CHECKING:
+    from typing import Any
 
 __all__ = ["after_fast_client", "build_parser", "main"]
 

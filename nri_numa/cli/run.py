@@ -107,8 +107,9 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def _start(args: argparse.Namespace, signals: StopSignals) -> int:
-    from nri_numa.agent.logs import LogSetupError, configure
+    from nri_numa.agent.logs import configure
     from nri_numa.nri.daemon import DaemonError, DaemonOptions, run
+    from nri_numa.safeio.log_files import LogSetupError
 
     config_file = args.config and Path(args.config)
     settings = _run_settings(args, config_file)

@@ -12,13 +12,16 @@ from __future__ import annotations
 from collections.abc import Mapping
 from functools import cached_property
 from types import MappingProxyType
-from typing import Any
 
 from nri_numa.engine.cpu.topology import checked_mask
 from nri_numa.engine.hints import Hint
 from nri_numa.engine.memory import MemoryState, MemoryStateError
 from nri_numa.frozen import field, frozen
 from nri_numa.topology.cpulist import MAX_ID, ListFormatError, format_list, parse_list
+
+TYPE_CHECKING = False  # as typing.TYPE_CHECKING: a hook process does not import typing
+if TYPE_CHECKING:
+    from typing import Any
 
 
 class AllocationsError(ValueError):

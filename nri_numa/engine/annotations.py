@@ -33,12 +33,16 @@ not stop a pod), so ``pod_topology`` only accepts the name.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import TypeVar
-
 from nri_numa.engine.config import EngineConfig, Ranked, TopologyPolicy, TopologyScope
 from nri_numa.frozen import frozen
 from nri_numa.safeio.bounds import MAX_ANNOTATION_VALUE, clip, quote
 from nri_numa.topology.cpulist import ListFormatError, format_list, parse_list
+
+TYPE_CHECKING = False  # as typing.TYPE_CHECKING: a hook process does not import typing
+if TYPE_CHECKING:
+    from typing import TypeVar
+
+    R = TypeVar("R", bound=Ranked)
 
 PREFIX = "numa.nri.io/"
 TOPOLOGY_POLICY = PREFIX + "topology-policy"
@@ -52,8 +56,6 @@ ISOLATED_CPUS_MODES = ("prefer", "require")
 SCHEDULED_NUMA_NODES = PREFIX + "scheduled-numa-nodes"  # on a pod: written by the extender
 # A NUMA list longer than this is not a scheduler's note: 64 two-digit ids as single items fit.
 MAX_SCHEDULED_NUMA_TEXT = 256
-
-R = TypeVar("R", bound=Ranked)
 
 
 class AnnotationError(ValueError):

@@ -12,7 +12,6 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Mapping
 from enum import StrEnum
-from typing import Any
 
 from nri_numa.engine.config import (ConfigError, CpuManagerPolicy, EngineConfig,
                                     MemoryManagerPolicy, MemoryReservation, TopologyPolicy,
@@ -21,6 +20,10 @@ from nri_numa.engine.kubelet_keys import IGNORED_KUBELET_KEYS
 from nri_numa.engine.quantity import QuantityError, resource_amount
 from nri_numa.safeio.bounds import clip, quote
 from nri_numa.topology.cpulist import MAX_ID, ListFormatError, parse_list
+
+TYPE_CHECKING = False  # as typing.TYPE_CHECKING: a hook process does not import typing
+if TYPE_CHECKING:
+    from typing import Any
 
 API_VERSION = "kubelet.config.k8s.io/v1beta1"
 KIND = "KubeletConfiguration"

@@ -18,12 +18,15 @@ from collections.abc import Callable, Mapping
 from enum import StrEnum
 from functools import cached_property
 from types import MappingProxyType
-from typing import Any
 
 from nri_numa.engine.quantity import QuantityError, bytes_value, format_binary
 from nri_numa.frozen import field, frozen
 from nri_numa.safeio.bounds import quote
 from nri_numa.topology.cpulist import MAX_ID
+
+TYPE_CHECKING = False  # as typing.TYPE_CHECKING: a hook process does not import typing
+if TYPE_CHECKING:
+    from typing import Any
 
 CPU = "cpu"
 MEMORY = "memory"

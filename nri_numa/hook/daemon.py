@@ -320,7 +320,8 @@ class _StopFlag:
 def _log_to(path: Path) -> None:
     # Opened as the hook opens it (nri_numa.agent.logs.open_log_file): never through a
     # symlink, never waiting on a FIFO, which would hang the daemon before it listens.
-    from nri_numa.agent.logs import LogFileRefused, LogSetupError, open_log_file
+    from nri_numa.agent.logs import open_log_file
+    from nri_numa.safeio.log_files import LogFileRefused, LogSetupError
 
     refused = None
     try:

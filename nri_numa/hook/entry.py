@@ -14,19 +14,20 @@ with the machine kept loaded. Either way the timeout counts from when the hook p
 from __future__ import annotations
 
 import json
-import logging
 import signal
 import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any
 
+from nri_numa.deferred_log import get_logger, route_to, unroute
 from nri_numa.frozen import frozen
 from nri_numa.hook.cgroup import DEFAULT_CGROUP_ROOT, DEFAULT_PROC, CgroupFs
+from nri_numa.hook.log_file import HookLog, open_hook_log
 from nri_numa.hook.oci import HookInputError, parse_spec, parse_state, read_input, read_spec
 from nri_numa.safeio.bounds import LINE_LIMIT, one_line, quote
+from nri_numa.safeio.log_files import LogFileRefused, LogSetupError
 
 STAGES = {"createRuntime": "createRuntime", "prestart": "createRuntime",
           "poststop": "poststop", "precreate": "precreate"}
@@ -34,20 +35,22 @@ DEFAULT_STATE_DIR = Path("/run/nri-numa")
 DEFAULT_TIMEOUT_S = 4.0
 MAX_TIMEOUT_S = 86400.0  # a day: far above any runtime's hook timeout
 LOG_NAME = "hook.log"
-LOG_KEEP_BYTES = 1 << 20  # then the log moves to hook.log.1 (one old file is kept)
 _LOCK_MARGIN_S = 0.5  # left, after waiting for the lock, for the transaction itself
 # A ledger set aside (damaged, or not this machine's): nothing else knows what the hook placed.
 REBUILT = ("the hook starts from an empty ledger, so the CPUs of containers it placed before "
            "count as free")
 
+TYPE_CHECKING = False  # as typing.TYPE_CHECKING: a hook process does not import typing
 if TYPE_CHECKING:
+    from typing import IO, Any
+
     from nri_numa.hook.machine import Machine
     from nri_numa.hook.memory import DaemonMemory
 
     # How a run gets its machine: the hook process loads it, the daemon keeps it loaded.
     MachineSource = Callable[["HookOptions"], Machine]
 
-log = logging.getLogger("nri_numa.hook")
+log = get_logger("nri_numa.hook")
 
 
 class HookTimeout(Exception):
@@ -85,7 +88,8 @@ def run(options: HookOptions, stdin: IO[bytes], stdout: IO[str], stderr: IO[str]
     burst's doing (loading the engine, the state lock), what helps. ``memory``: what the hook
     daemon keeps between runs (nri_numa.hook.memory)."""
     started = time.monotonic() if started is None else started
-    handler = _log_to_file(options, stderr)
+    hook_log = _open_log(options, stderr)
+    route_to(hook_log)
     left = options.timeout - (time.monotonic() - started)
     phase = _Phase()
     try:
@@ -110,9 +114,8 @@ def run(options: HookOptions, stdin: IO[bytes], stdout: IO[str], stderr: IO[str]
         log.info("%s: %s (%.0f ms)", options.stage, done, (time.monotonic() - started) * 1000)
         return 0
     finally:
-        if handler is not None:
-            logging.getLogger("nri_numa").removeHandler(handler)
-            handler.close()
+        unroute(hook_log)
+        hook_log.close()
 
 
 def load_machine(options: HookOptions) -> Machine:
@@ -221,30 +224,18 @@ def _deadline(seconds: float) -> Iterator[None]:
         signal.signal(signal.SIGALRM, previous)
 
 
-def _log_to_file(options: HookOptions, stderr: IO[str] | None = None) -> logging.Handler:
-    """Append to the hook log (mode 0600, rotated past LOG_KEEP_BYTES). A log that cannot be
-    opened must not stop the hook, whose stderr still carries every failure: the handler then
-    drops the lines. A log or folder that is a symlink, or a log that is not a file, is never
-    written through nor waited on (nri_numa.agent.logs.open_log_file): one warning line on
-    stderr says so."""
-    from nri_numa.agent.logs import LogFileRefused, LogSetupError, OneLineFormatter, open_log_file
-
-    path = options.log_file or options.state_dir / LOG_NAME
+def _open_log(options: HookOptions, stderr: IO[str] | None = None) -> HookLog:
+    """The hook log (nri_numa.hook.log_file), where the run's lines and those
+    of the state layer go (nri_numa.deferred_log). A log that cannot be opened must not stop
+    the hook, whose stderr still carries every failure: its lines are dropped. A log or folder
+    that is a symlink, or a log that is not a file, is never written through nor waited on
+    (nri_numa.safeio.log_files): one warning line on stderr says so."""
     try:
-        handler = open_log_file(path, create_folder=True, rotate_past=LOG_KEEP_BYTES)
+        return open_hook_log(options.log_file or options.state_dir / LOG_NAME)
     except LogFileRefused as e:
         # A state folder that is a link fails the run itself, with that reason: one line.
         if stderr is not None and not (e.folder and options.log_file is None):
             print(f"nri-numa hook {options.stage}: warning: {e}", file=stderr, flush=True)
-        handler = logging.NullHandler()
     except LogSetupError:
-        # Not None: Python's last-resort handler would then print the log's error line to
-        # stderr too, beside the one line the run fails with.
-        handler = logging.NullHandler()
-    handler.setFormatter(OneLineFormatter(
-        "%(asctime)s %(levelname)s hook[%(process)d] %(message)s"))
-    # On the package's logger, so that the state layer's warnings land in the same file.
-    package = logging.getLogger("nri_numa")
-    package.addHandler(handler)
-    package.setLevel(logging.INFO)
-    return handler
+        pass
+    return HookLog(None)

@@ -15,10 +15,9 @@ for the createRuntime hook to claim it, and is dropped after ``PENDING_GRACE_S``
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable, Iterable, Mapping
-from typing import TYPE_CHECKING, Any
 
+from nri_numa.deferred_log import get_logger
 from nri_numa.engine.context import EngineContext
 from nri_numa.engine.decision import Placement
 from nri_numa.engine.request import ContainerRequest, RequestError
@@ -31,9 +30,12 @@ from nri_numa.state.ledger import Ledger, LedgerError
 from nri_numa.state.plugin_records import (ContainerRecord, PodRecord, RecordError,
                                            records_from_dict, records_to_dict)
 
-log = logging.getLogger("nri_numa.hook")
+log = get_logger("nri_numa.hook")
 
+TYPE_CHECKING = False  # as typing.TYPE_CHECKING: a hook process does not import typing
 if TYPE_CHECKING:
+    from typing import Any
+
     from nri_numa.runtime.device_locator import DeviceLocator
     from nri_numa.state.encoding import LedgerEncoder, RecordsEncoder
 

@@ -11,13 +11,12 @@ index (``nvidia.com/gpu``), else the nodes the spec files give that name, follow
 
 from __future__ import annotations
 
-import logging
 import os
 import re
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING
 
+from nri_numa.deferred_log import get_logger
 from nri_numa.engine.context import GPU_RESOURCE
 from nri_numa.frozen import frozen
 from nri_numa.runtime.container import DeviceNode, RuntimeContainer
@@ -26,11 +25,12 @@ from nri_numa.runtime.device_markers import (CDI_ANNOTATION_PREFIX, NVIDIA_MAJOR
 from nri_numa.topology.model import Topology
 from nri_numa.topology.parts import Gpu
 
+TYPE_CHECKING = False  # as typing.TYPE_CHECKING: a hook process does not import typing
 if TYPE_CHECKING:
     from nri_numa.engine.devices import Resource
     from nri_numa.runtime.cdi import CdiRegistry
 
-log = logging.getLogger(__name__)
+log = get_logger(__name__)
 
 _NVIDIA_NODE = re.compile(r"/dev/nvidia(\d+)")
 

@@ -24,13 +24,11 @@ remember across restarts besides the ledger), is defined in ``nri_numa.state.plu
 from __future__ import annotations
 
 import fcntl
-import logging
 import os
 import threading
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
 
 try:
     from _sha2 import sha256 as _builtin_sha256  # Python 3.12 and later
@@ -40,6 +38,7 @@ except ImportError:
     except ImportError:  # an interpreter built without them
         _builtin_sha256 = None
 
+from nri_numa.deferred_log import get_logger
 from nri_numa.safeio import safe_files
 from nri_numa.safeio.bounded_json import JsonShapeError, loads
 from nri_numa.safeio.safe_files import NotAFile, UnusableFile
@@ -47,7 +46,11 @@ from nri_numa.state.encoding import canonical, encode_payload
 from nri_numa.topology.cpulist import format_list
 from nri_numa.topology.model import Topology
 
-log = logging.getLogger(__name__)
+TYPE_CHECKING = False  # as typing.TYPE_CHECKING: a hook process does not import typing
+if TYPE_CHECKING:
+    from typing import Any
+
+log = get_logger(__name__)
 
 FORMAT = "nri-numa-checkpoint"
 CHECKPOINT_VERSION = 1

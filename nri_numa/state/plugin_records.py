@@ -6,11 +6,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from types import MappingProxyType
-from typing import Any
 
 from nri_numa.engine.request import ContainerRequest, RequestError
 from nri_numa.frozen import field, frozen
 from nri_numa.topology.cpulist import ListFormatError, format_cached, parse_list
+
+TYPE_CHECKING = False  # as typing.TYPE_CHECKING: a hook process does not import typing
+if TYPE_CHECKING:
+    from typing import Any
 
 
 # --- what the plugin remembers besides the ledger ----------------------------------------

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from nri_numa.agent.logs import JsonFormatter, LogSetupError, configure
+from nri_numa.agent.logs import JsonFormatter, configure
+from nri_numa.safeio.log_files import LogSetupError
 
 
 def record(msg: str, *args, level=logging.INFO, **extra) -> logging.LogRecord:

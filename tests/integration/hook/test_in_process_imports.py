@@ -28,8 +28,10 @@ OTHER_COMMANDS = {"nri_numa.cli.main", "nri_numa.cli.run", "nri_numa.cli.explain
 
 FAST_CLIENT = REPO / "nri_numa" / "hook" / "fast_client.py"
 # What the values and the checksum no longer need: dataclasses (and inspect with it), OpenSSL
-# through hashlib; and, once the fast client found no daemon, the socket module.
-LEFT_BEHIND = {"dataclasses", "inspect", "hashlib", "_hashlib", "socket"}
+# through hashlib; once the fast client found no daemon, the socket module; typing, for
+# annotations alone; logging and what it loads, the hook log being written without it.
+LEFT_BEHIND = {"dataclasses", "inspect", "hashlib", "_hashlib", "socket", "typing", "logging",
+               "traceback", "tokenize", "textwrap", "string"}
 # What the engine loads only on first use, none of which this container under single-numa-node
 # with the container scope needs: the other policies, the pod scope, resize, the device
 # choosers, the distributed CPU take.

@@ -9,7 +9,8 @@ import stat
 
 import pytest
 
-from nri_numa.agent.logs import LogFileRefused, LogSetupError, open_log_file
+from nri_numa.agent.logs import open_log_file
+from nri_numa.safeio.log_files import LogFileRefused, LogSetupError
 from nri_numa.safeio.safe_files import (APPEND, LOCK, NotAFile, open_file, open_folder,
                                        read_regular)
 from tests.damaged_state import VICTIM_TEXT, damage
