@@ -18,11 +18,10 @@ Standard library only: every hook process imports this before anything else of n
 
 from __future__ import annotations
 
+import _signal  # signal's C core: the module wraps it in enums that cost each hook ~1 ms
 import os
-import signal
 import stat
 import sys
-import threading
 import time
 
 from nri_numa.hook.state_folder import open_state_folder
@@ -72,12 +71,17 @@ def process_started() -> float:
     return time.monotonic() - process_age()
 
 
-def log_line(path: str, stage: str, line: str, level: str = "ERROR") -> None:
-    """Append one line to the hook log in the format nri_numa.hook.entry's handler writes;
-    a log that cannot be written is skipped (stderr still has the line)."""
+def log_stamp() -> str:
+    """The time at the start of a hook log line, as logging's asctime writes it: local time
+    to the second, then the milliseconds after a comma."""
     now = time.time()
-    stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(now)) + f",{int(now % 1 * 1000):03d}"
-    text = f"{stamp} {level} hook[{os.getpid()}] {stage}: {line}\n".encode("utf-8", "replace")
+    return f"{time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(now))},{int(now % 1 * 1000):03d}"
+
+
+def log_line(path: str, stage: str, line: str, level: str = "ERROR") -> None:
+    """Append one line to the hook log in the format nri_numa.hook.log_file writes;
+    a log that cannot be written is skipped (stderr still has the line)."""
+    text = f"{log_stamp()} {level} hook[{os.getpid()}] {stage}: {line}\n".encode("utf-8", "replace")
     try:
         # Never through a symlink (the log's or its folder's), and never waiting on a FIFO put
         # there: this runs as the hook gives up, and must not be what keeps it from ending.
@@ -132,16 +136,17 @@ class Guard:
         return self.timeout - (time.monotonic() - self.started)
 
     def arm(self) -> None:
-        if threading.current_thread() is not threading.main_thread():
+        try:
+            self._previous = _signal.signal(_signal.SIGALRM, self._expire)
+        except ValueError:  # not the main thread
             return
-        self._previous = signal.signal(signal.SIGALRM, self._expire)
-        signal.setitimer(signal.ITIMER_REAL, max(self.left, 0.001))
+        _signal.setitimer(_signal.ITIMER_REAL, max(self.left, 0.001))
         self._armed = True
 
     def disarm(self) -> None:
         if self._armed:
-            signal.setitimer(signal.ITIMER_REAL, 0)
-            signal.signal(signal.SIGALRM, self._previous)
+            _signal.setitimer(_signal.ITIMER_REAL, 0)
+            _signal.signal(_signal.SIGALRM, self._previous)
             self._armed = False
 
     def give_up(self) -> None:

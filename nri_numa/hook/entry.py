@@ -13,9 +13,8 @@ with the machine kept loaded. Either way the timeout counts from when the hook p
 
 from __future__ import annotations
 
+import _signal  # as nri_numa.hook.deadline does
 import json
-import signal
-import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -208,20 +207,20 @@ def _reason(e: Exception) -> str:
 @contextmanager
 def _deadline(seconds: float) -> Iterator[None]:
     """Raise HookTimeout in the main thread once ``seconds`` have passed."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
     def expire(signum: int, frame: Any) -> None:
         raise HookTimeout()
 
-    previous = signal.signal(signal.SIGALRM, expire)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        previous = _signal.signal(_signal.SIGALRM, expire)
+    except ValueError:  # not the main thread, which alone takes signals
+        yield
+        return
+    _signal.setitimer(_signal.ITIMER_REAL, seconds)
     try:
         yield
     finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
+        _signal.setitimer(_signal.ITIMER_REAL, 0)
+        _signal.signal(_signal.SIGALRM, previous)
 
 
 def _open_log(options: HookOptions, stderr: IO[str] | None = None) -> HookLog:

@@ -10,8 +10,8 @@ state is (nri_numa.safeio.log_files) and moves to ``hook.log.1`` past LOG_KEEP_B
 from __future__ import annotations
 
 import os
-import time
 
+from nri_numa.hook.deadline import log_stamp
 from nri_numa.safeio.bounds import printable
 from nri_numa.safeio.log_files import open_log_descriptor, open_log_stream
 
@@ -33,7 +33,7 @@ class HookLog:
     def write(self, level: int, message: str, exc_info: Any = None) -> None:
         if self._stream is None:
             return
-        line = f"{_local_time()} {LEVEL_NAMES.get(level, level)} hook[{os.getpid()}] {message}"
+        line = f"{log_stamp()} {LEVEL_NAMES.get(level, level)} hook[{os.getpid()}] {message}"
         if not line.isprintable():
             line = printable(line)
         if exc_info and exc_info[0] is not None:
@@ -61,10 +61,4 @@ def open_hook_log(path: Path) -> HookLog:
     (nri_numa.safeio.log_files)."""
     return HookLog(open_log_stream(open_log_descriptor(path, create_folder=True,
                                                        rotate_past=LOG_KEEP_BYTES)))
-
-
-def _local_time() -> str:
-    # logging's asctime: local time to the second, then the milliseconds after a comma.
-    now = time.time()
-    return f"{time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(now))},{int(now % 1 * 1000):03d}"
 
