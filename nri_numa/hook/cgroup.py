@@ -153,7 +153,7 @@ def _cgroup_lines(fs: CgroupFs, pid: str) -> list[tuple[str, str]]:
     """(controllers, path) per line of /proc/PID/cgroup."""
     path = fs.proc / pid / "cgroup"
     try:
-        text = path.read_text()
+        text = _read_all(str(path)).decode()
     except FileNotFoundError:
         if pid == "self":
             return []
@@ -190,16 +190,40 @@ def _cpuset_entry(fs: CgroupFs, lines: list[tuple[str, str]]) -> tuple[int, Path
 
 def _check_inside(cgroup: ContainerCgroup) -> None:
     """The cgroup folder exists and, symlinks resolved, is below its hierarchy's mount."""
-    top = os.path.realpath(cgroup.hierarchy)
-    real = os.path.realpath(cgroup.dir)
+    top = _resolved_mount(str(cgroup.hierarchy))
+    folder = f"{cgroup.hierarchy}/{cgroup.path.lstrip('/')}"  # cgroup.dir, without pathlib
+    resolved = _resolved_folder(folder)
+    real = os.path.realpath(folder) if resolved is None else resolved
     if not real.startswith(top.rstrip("/") + "/"):
         raise CgroupError(f"cgroup {cgroup.path} resolves to {real}, outside {top}: refusing it")
-    if not os.path.isdir(real):
+    if resolved is None and not os.path.isdir(real):
         raise CgroupError(f"cgroup {cgroup.path} does not exist under {cgroup.hierarchy}")
-    if not os.path.exists(cgroup.dir / "cpuset.cpus"):
+    if not os.path.exists(f"{folder}/cpuset.cpus"):
         raise CgroupError(f"cgroup {cgroup.path} has no cpuset.cpus: the cpuset controller is "
                           "not enabled for it (cgroup v2: the parent's cgroup.subtree_control "
                           "lacks cpuset)")
+
+
+@lru_cache(maxsize=4)
+def _resolved_mount(hierarchy: str) -> str:
+    """The hierarchy's mount point with symlinks resolved, once per process (as ``_own_entry``)."""
+    return os.path.realpath(hierarchy)
+
+
+def _resolved_folder(folder: str) -> str | None:
+    """The folder's path as the kernel resolved it in opening it (one open and a readlink,
+    where ``os.path.realpath`` looks at every component); None when it cannot be opened as a
+    folder or /proc cannot say: the caller then resolves it the slow way, which also says why."""
+    try:
+        fd = os.open(folder, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        return os.readlink(f"/proc/self/fd/{fd}")
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
 
 
 def _write(path: str, text: str) -> None:
@@ -230,6 +254,18 @@ def _read_list(path: str, follow: bool = False,
         return parse_list(data.decode("ascii", "replace"))
     except ListFormatError as e:
         raise CgroupError(f"{path}: {e}") from None
+
+
+def _read_all(path: str) -> bytes:
+    """A whole /proc file, read as bytes: a text file object costs more than the read."""
+    fd = os.open(path, _READ_FLAGS)
+    try:
+        chunks = []
+        while chunk := os.read(fd, _MAX_LIST_BYTES):
+            chunks.append(chunk)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
 
 
 def _read_raw(path: str, follow: bool = False) -> bytes:
