@@ -1,7 +1,8 @@
 """The hook's C client (``nri-numa-hook-client.c`` beside this file, package data) and its
 build: ``python -m nri_numa.hook.c_client`` compiles it on a node with a C compiler, with the
-path of the interpreter nri-numa is installed in fixed into it (the client execs that
-interpreter's ``-m nri_numa hook`` whenever it does not forward a run itself).
+paths of the interpreter nri-numa is installed in and of that installation's fast client fixed
+into it (whenever the client does not forward a run itself, it execs that interpreter on the
+fast client, ``-I -S``, which runs the hook in process).
 
 The client is the fastest hook path (docs/oci-hook.md, "The C client"); without a compiler the
 Python fast client (fast_client.py) stays the path, which does the same, slower.
@@ -45,10 +46,26 @@ def python_literal(python: str) -> str:
     if not os.path.isabs(python):
         raise BuildError(f"the interpreter {python!r} is not an absolute path: a hook's PATH "
                          "would decide which Python runs")
-    if any(not (" " <= c <= "~") or c in '"\\' for c in python):
-        raise BuildError(f"the interpreter path {python!r} holds a character this build does "
-                         "not quote (only printable ASCII without quotes or backslashes)")
-    return f'"{python}"'
+    return c_string(python, "the interpreter path")
+
+
+def c_string(text: str, what: str = "the path") -> str:
+    """``text`` as a C string literal, where it needs no escape."""
+    if any(not (" " <= c <= "~") or c in '"\\' for c in text):
+        raise BuildError(f"{what} {text!r} holds a character this build does not quote (only "
+                         "printable ASCII without quotes or backslashes)")
+    return f'"{text}"'
+
+
+def installed_fast_client(python: str) -> str:
+    """The path of nri_numa/hook/fast_client.py in the installation ``python`` imports."""
+    done = subprocess.run([python, "-I", "-c", "import os, nri_numa.hook.fast_client as f; "
+                                               "print(os.path.realpath(f.__file__))"],
+                          capture_output=True, text=True)
+    if done.returncode != 0:
+        last = (done.stderr.strip().splitlines() or ["no message"])[-1]
+        raise BuildError(f"{python} cannot import nri-numa's fast client: {last}")
+    return done.stdout.strip()
 
 
 def build(output: Path, python: str, compiler: str | None = None) -> Path:
@@ -59,13 +76,14 @@ def build(output: Path, python: str, compiler: str | None = None) -> Path:
         raise BuildError(f"no C compiler found ({compiler or 'cc, gcc, clang'}): the hooks keep "
                          "the Python fast client (nri_numa/hook/fast_client.py)")
     define = f"-DNRI_NUMA_PYTHON={python_literal(python)}"
+    fast_client = f"-DNRI_NUMA_FAST_CLIENT={c_string(installed_fast_client(python))}"
     output = Path(output)
     if not output.parent.is_dir():
         raise BuildError(f"{output.parent} is not a folder")
     fd, temp = tempfile.mkstemp(prefix=f".{output.name}.", dir=output.parent)
     os.close(fd)
     try:
-        done = subprocess.run([cc, *CFLAGS, define, "-o", temp, str(SOURCE)],
+        done = subprocess.run([cc, *CFLAGS, define, fast_client, "-o", temp, str(SOURCE)],
                               capture_output=True, text=True)
         if done.returncode != 0:
             first = (done.stderr.strip().splitlines() or ["no message"])[0]

@@ -6,10 +6,12 @@
  * answer: byte for byte the request fast_forward.py sends, the same reply reading, exit status
  * and one-line messages, and --timeout counted from the start of this process. In every case
  * it does not handle (arguments argparse must judge, no daemon, a socket nobody accepts on,
- * --start-daemon's starting) it execs `PYTHON -P -m nri_numa hook ARGS` in this same process
- * before reading anything from stdin: the full hook then does what it always does, and its
- * deadline still counts from this process's start. PYTHON is the interpreter nri-numa is
- * installed in, fixed when this file is compiled (python -m nri_numa.hook.c_client).
+ * --start-daemon's starting) it execs `PYTHON -I -S FAST_CLIENT ARGS` in this same process
+ * before reading anything from stdin: the Python fast client, which finds no daemon either and
+ * runs the full hook in its own process, as the shipped Python hooks do; its deadline still
+ * counts from this process's start. PYTHON, the interpreter nri-numa is installed in, and
+ * FAST_CLIENT, that installation's nri_numa/hook/fast_client.py, are fixed when this file is
+ * compiled (python -m nri_numa.hook.c_client).
  *
  * Why C: a Python client pays the interpreter's start (15-18 ms on a small VM) before its first
  * line runs; this costs about a millisecond. Plain C99 with POSIX and Linux's /proc; no library.
@@ -31,8 +33,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#ifndef NRI_NUMA_PYTHON
-#error "build with -DNRI_NUMA_PYTHON='\"/path/to/venv/bin/python3\"' (python -m nri_numa.hook.c_client)"
+#if !defined NRI_NUMA_PYTHON || !defined NRI_NUMA_FAST_CLIENT
+#error "build with python -m nri_numa.hook.c_client (it defines NRI_NUMA_PYTHON and NRI_NUMA_FAST_CLIENT)"
 #endif
 
 /* The constants of fast_forward.py, which a test holds to these. */
@@ -348,21 +350,20 @@ static void write_all(int fd, const char *s, size_t n) {
 
 /* ---- the full hook -------------------------------------------------------------------- */
 
-/* Become `PYTHON -P -m nri_numa hook ARGS` with stdin untouched (-P: never import from the
- * bundle, the hook's cwd). */
+/* Become `PYTHON -I -S FAST_CLIENT ARGS` with stdin untouched, as the Python hooks run it (-I:
+ * never import from the bundle, the hook's cwd, nor read PYTHON* variables; -S: no site). */
 static int run_full_hook(int argc, char **argv) {
-    char **full = calloc((size_t)argc + 6, sizeof *full);
+    char **full = calloc((size_t)argc + 5, sizeof *full);
     if (!full) {
         fprintf(stderr, "nri-numa hook: out of memory\n");
         return 1;
     }
     full[0] = NRI_NUMA_PYTHON;
-    full[1] = "-P";
-    full[2] = "-m";
-    full[3] = "nri_numa";
-    full[4] = "hook";
+    full[1] = "-I";
+    full[2] = "-S";
+    full[3] = NRI_NUMA_FAST_CLIENT;
     for (int i = 1; i < argc; i++)
-        full[4 + i] = argv[i];
+        full[3 + i] = argv[i];
     execv(NRI_NUMA_PYTHON, full);
     fprintf(stderr, "nri-numa hook: cannot run %s: %s\n", NRI_NUMA_PYTHON, strerror(errno));
     return 1;

@@ -300,3 +300,35 @@ def test_a_build_that_cannot_be_done_says_why_in_one_line(tmp_path, c_client_bin
         assert done.returncode == 1 and done.stdout == ""
         [line] = done.stderr.splitlines()
         assert line.startswith("nri-numa hook client: ") and said in line
+
+
+def test_with_no_daemon_it_becomes_the_fast_client_which_runs_the_hook_in_process(tmp_path):
+    """The fallback is the interpreter on the installation's fast client, ``-I -S``, as the
+    shipped Python hooks run it (not ``-m nri_numa hook`` with site's start); the hook then
+    places the container in that process."""
+    from nri_numa.topology.synthetic import preset_topology
+    from tests.integration.hook.fake_host import FakeHost, oci_state, topology_file, write_bundle
+
+    if c_client.find_compiler() is None:
+        pytest.skip("no C compiler (cc, gcc or clang) to build nri-numa-hook-client")
+    seen = tmp_path / "argv"
+    python = tmp_path / "python3"  # records how the client runs it, then is the interpreter
+    python.write_text(f'#!/bin/sh\nprintf "%s\\n" "$@" > {seen}\nexec {sys.executable} "$@"\n')
+    python.chmod(0o755)
+    built = c_client.build(tmp_path / c_client.BINARY_NAME, str(python))
+    seen.unlink()  # the build asked the interpreter where its fast client is
+
+    topology = preset_topology("intel-2s-ht")
+    host = FakeHost(tmp_path / "host", 1, topology.online_cpus)
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps({"cpuManagerPolicy": "static", "reservedSystemCPUs": "0"}))
+    args = ["createRuntime", "--state-dir", str(tmp_path / "state"), "--config", str(config),
+            "--topology", str(topology_file(tmp_path, topology)),
+            "--cgroup-root", str(host.cgroup_root), "--proc-root", str(host.proc)]
+    bundle = write_bundle(host.base, "c1", 1)
+    host.start(4242, "/pods/c1")
+    done = run([str(built)], args, oci_state("c1", 4242, bundle))
+    assert done.returncode == 0, done.stderr
+    assert seen.read_text().splitlines() == [
+        "-I", "-S", str((REPO / "nri_numa" / "hook" / "fast_client.py").resolve()), *args]
+    assert len(host.cpus("/pods/c1")) == 1
