@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from functools import cached_property
+from operator import attrgetter, itemgetter
 from types import MappingProxyType
 
 from nri_numa.frozen import frozen
@@ -29,6 +30,10 @@ class TopologyFormatError(ValueError):
     """Topology JSON that does not describe a machine; the message names the field."""
 
 
+_BY_ID, _BY_ADDRESS = attrgetter("id"), attrgetter("address")
+_BY_NAME, _BY_INDEX = attrgetter("name"), attrgetter("index")
+
+
 @frozen
 class Topology:
     cpus: tuple[Cpu, ...]
@@ -40,15 +45,17 @@ class Topology:
     warnings: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "cpus", tuple(sorted(self.cpus, key=lambda c: c.id)))
-        object.__setattr__(self, "numa_nodes", tuple(sorted(self.numa_nodes, key=lambda n: n.id)))
+        object.__setattr__(self, "cpus", tuple(sorted(self.cpus, key=_BY_ID)))
+        object.__setattr__(self, "numa_nodes", tuple(sorted(self.numa_nodes, key=_BY_ID)))
         object.__setattr__(self, "isolcpus", frozenset(self.isolcpus))
-        object.__setattr__(self, "pci_devices", tuple(sorted(self.pci_devices, key=lambda d: d.address)))
-        object.__setattr__(self, "nics", tuple(sorted(self.nics, key=lambda n: n.name)))
-        object.__setattr__(self, "gpus", tuple(sorted(self.gpus, key=lambda g: g.index)))
+        object.__setattr__(self, "pci_devices", tuple(sorted(self.pci_devices, key=_BY_ADDRESS)))
+        object.__setattr__(self, "nics", tuple(sorted(self.nics, key=_BY_NAME)))
+        object.__setattr__(self, "gpus", tuple(sorted(self.gpus, key=_BY_INDEX)))
         object.__setattr__(self, "warnings", tuple(self.warnings))
 
-    @property
+    # Cached: building an engine context asks for it several times (the configuration's
+    # checks, the shared pool, the isolated CPUs), and the CPUs never change.
+    @cached_property
     def online_cpus(self) -> frozenset[int]:
         return frozenset(c.id for c in self.cpus if c.online)
 
@@ -145,7 +152,13 @@ class Topology:
 
 
 class _TopologyReader:
-    """Reads the JSON form strictly, naming the path of the first bad field."""
+    """Reads the JSON form strictly, naming the path of the first bad field.
+
+    CPUs and PCI devices, the many records of a big machine, are first offered to
+    ``_plain_cpu`` and ``_plain_pci``, which read a record written as ``to_dict`` writes it in
+    one pass; any other record comes here field by field, which reads the other spellings the
+    form allows and words the error.
+    """
 
     def __init__(self, data: Any) -> None:
         self.data = data
@@ -156,12 +169,15 @@ class _TopologyReader:
         if version != SCHEMA_VERSION:
             raise TopologyFormatError(
                 f"schema_version is {quote(version)}; this nri-numa reads {SCHEMA_VERSION}")
+        lists: dict[str, frozenset[int]] = {}  # the devices of a NUMA node share their local_cpus
+        # The plain readers' values are never false: `or` asks the checked reader only for None.
         return Topology(
-            cpus=tuple(self._cpu(c, f"cpus[{i}]") for i, c in enumerate(self._arr(d, "cpus"))),
+            cpus=tuple(_plain_cpu(c) or self._cpu(c, f"cpus[{i}]")
+                       for i, c in enumerate(self._arr(d, "cpus"))),
             numa_nodes=tuple(self._node(n, f"numa_nodes[{i}]")
                              for i, n in enumerate(self._arr(d, "numa_nodes"))),
             isolcpus=self._list(d.get("isolcpus", ""), "isolcpus"),
-            pci_devices=tuple(self._pci(p, f"pci_devices[{i}]")
+            pci_devices=tuple(_plain_pci(p, lists) or self._pci(p, f"pci_devices[{i}]")
                               for i, p in enumerate(self._arr(d, "pci_devices", required=False))),
             nics=tuple(self._nic(n, f"nics[{i}]")
                        for i, n in enumerate(self._arr(d, "nics", required=False))),
@@ -326,3 +342,80 @@ class _TopologyReader:
         except ValueError as e:
             raise TopologyFormatError(f"{where}: {e}") from None
 
+
+# --- records in their plain form, read in one pass ----------------------------------------------
+# A hook process reads the topology on every container start: on a 224-CPU machine the field by
+# field reader (a helper call and a path string per field) was most of Topology.from_json.
+# These accept only values of the exact types to_dict writes, and nothing _TopologyReader
+# refuses, and make the same value it makes; None hands the record to _TopologyReader.
+
+_INT_OR_NONE = frozenset({int, type(None)})
+_STR_OR_NONE = frozenset({str, type(None)})
+# Cpu's fields in the order of its parameters.
+_CPU_FIELDS = itemgetter("id", "numa", "online", "core", "socket", "die", "l3")
+
+
+def _plain_cpu(raw: Any) -> Cpu | None:
+    if type(raw) is not dict:
+        return None
+    try:
+        values = _CPU_FIELDS(raw)
+    except KeyError:  # a field left to its default: the checked reader knows them
+        return None
+    cpu_id, numa, online = values[0], values[1], values[2]
+    if (type(cpu_id) is int and cpu_id <= MAX_ID and _plain_opt_id(numa)
+            and type(online) is bool and _INT_OR_NONE.issuperset(map(type, values[3:]))):
+        return Cpu(*values)
+    return None
+
+
+def _plain_pci(raw: Any, lists: dict[str, frozenset[int]]) -> PciDevice | None:
+    if type(raw) is not dict:
+        return None
+    address, numa_node = raw.get("address"), raw.get("numa_node")
+    bridges, virtfns = raw.get("bridges", []), raw.get("virtfns", [])
+    host_bridge, physfn, driver = raw.get("host_bridge"), raw.get("physfn"), raw.get("driver")
+    if not (type(address) is str and _plain_opt_id(numa_node) and _plain_strs(bridges)
+            and _plain_strs(virtfns) and type(host_bridge) in _STR_OR_NONE
+            and type(physfn) in _STR_OR_NONE and type(driver) in _STR_OR_NONE):
+        return None
+    class_code, vendor = _plain_number(raw.get("class")), _plain_number(raw.get("vendor"))
+    device = _plain_number(raw.get("device"))
+    local_cpus = _plain_list(raw.get("local_cpus", ""), lists)
+    if class_code is None or vendor is None or device is None or local_cpus is None:
+        return None
+    return PciDevice(address, numa_node, class_code, vendor, device, local_cpus,
+                     tuple(bridges), host_bridge, physfn, tuple(virtfns), driver)
+
+
+def _plain_opt_id(v: Any) -> bool:
+    return v is None or (type(v) is int and v <= MAX_ID)
+
+
+def _plain_strs(v: Any) -> bool:
+    return type(v) is list and all(type(s) is str for s in v)
+
+
+def _plain_number(v: Any) -> int | None:
+    """An int, or a string int(v, 0) reads ("0x10de") short enough to read fast."""
+    if type(v) is int:
+        return v
+    if type(v) is str and len(v) <= MAX_DIGITS:
+        try:
+            return int(v, 0)
+        except ValueError:
+            return None
+    return None
+
+
+def _plain_list(v: Any, lists: dict[str, frozenset[int]]) -> frozenset[int] | None:
+    """A CPU list string, each text parsed once per topology."""
+    if type(v) is not str:
+        return None
+    ids = lists.get(v)
+    if ids is None:
+        try:
+            ids = lists[v] = parse_list(v)
+        except ValueError:
+            return None
+    return ids

@@ -35,6 +35,21 @@ class Cpu:
     die: int | None = None
     l3: int | None = None
 
+    # Written out rather than left to @frozen: a hook process makes one Cpu per CPU of the
+    # machine (224 on a DGX H100), and @frozen would compile an __init__ for the class on the
+    # 64th, costing more than it saves in one run. The same parameters @frozen gives.
+    def __init__(self, id: int, numa: int | None, online: bool = True, core: int | None = None,
+                 socket: int | None = None, die: int | None = None,
+                 l3: int | None = None) -> None:
+        setattr_ = object.__setattr__
+        setattr_(self, "id", id)
+        setattr_(self, "numa", numa)
+        setattr_(self, "online", online)
+        setattr_(self, "core", core)
+        setattr_(self, "socket", socket)
+        setattr_(self, "die", die)
+        setattr_(self, "l3", l3)
+
 
 @frozen
 class HugePages:
@@ -72,8 +87,25 @@ class PciDevice:
     virtfns: tuple[str, ...] = ()  # the VFs, for an SR-IOV PF, in virtfnN order
     driver: str | None = None
 
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "local_cpus", frozenset(self.local_cpus))
+    # Written out, as Cpu's: a hook process reads every PCI device of the machine (56 on a DGX
+    # H100), fewer than @frozen compiles an __init__ for, each through its slower generic one.
+    def __init__(self, address: str, numa_node: int | None, class_code: int, vendor: int,
+                 device: int, local_cpus: frozenset[int] = frozenset(),
+                 bridges: tuple[str, ...] = (), host_bridge: str | None = None,
+                 physfn: str | None = None, virtfns: tuple[str, ...] = (),
+                 driver: str | None = None) -> None:
+        setattr_ = object.__setattr__
+        setattr_(self, "address", address)
+        setattr_(self, "numa_node", numa_node)
+        setattr_(self, "class_code", class_code)
+        setattr_(self, "vendor", vendor)
+        setattr_(self, "device", device)
+        setattr_(self, "local_cpus", frozenset(local_cpus))
+        setattr_(self, "bridges", bridges)
+        setattr_(self, "host_bridge", host_bridge)
+        setattr_(self, "physfn", physfn)
+        setattr_(self, "virtfns", virtfns)
+        setattr_(self, "driver", driver)
 
 
 @frozen

@@ -20,6 +20,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Iterable, Iterator, Mapping
 from functools import cached_property
+from operator import attrgetter
 from types import MappingProxyType
 
 from nri_numa.frozen import field, frozen
@@ -41,6 +42,16 @@ class CPUInfo:
     socket: int
     numa: int
     uncore: int  # the socket id where the machine reports no uncore cache
+
+    # Written out rather than left to @frozen, as Cpu's (nri_numa.topology.parts): one per
+    # online CPU in every hook process, where compiling one on the 64th costs more than it saves.
+    def __init__(self, cpu: int, core: int, socket: int, numa: int, uncore: int) -> None:
+        setattr_ = object.__setattr__
+        setattr_(self, "cpu", cpu)
+        setattr_(self, "core", core)
+        setattr_(self, "socket", socket)
+        setattr_(self, "numa", numa)
+        setattr_(self, "uncore", uncore)
 
 
 def mask_of(cpus: Iterable[int]) -> int:
@@ -85,6 +96,13 @@ def _frozen(d: Mapping) -> Mapping:
     return MappingProxyType(dict(d))
 
 
+def _sorted_frozen(d: Mapping[int, int]) -> Mapping[int, int]:
+    return MappingProxyType(dict(sorted(d.items())))
+
+
+_BY_CPU = attrgetter("cpu")
+
+
 def _group(pairs: Iterable[tuple[int, int]]) -> Mapping[int, tuple[int, ...]]:
     """(key, member) pairs → key → sorted distinct members."""
     out: dict[int, set[int]] = {}
@@ -116,23 +134,34 @@ class CPUTopology:
     core_of_cpu: Mapping[int, int] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
-        cpus = tuple(sorted(self.cpus, key=lambda c: c.cpu))
+        cpus = tuple(sorted(self.cpus, key=_BY_CPU))
         object.__setattr__(self, "cpus", cpus)
-        units = {"core_cpus": {}, "socket_cpus": {}, "numa_cpus": {}, "uncore_cpus": {}}
-        for c in cpus:
+        core_cpus: dict[int, int] = {}
+        socket_cpus: dict[int, int] = {}
+        numa_cpus: dict[int, int] = {}
+        uncore_cpus: dict[int, int] = {}
+        all_cpus = 0
+        for c in cpus:  # one pass: this runs in every hook process
             bit = 1 << c.cpu
-            for name, unit in (("core_cpus", c.core), ("socket_cpus", c.socket),
-                               ("numa_cpus", c.numa), ("uncore_cpus", c.uncore)):
-                units[name][unit] = units[name].get(unit, 0) | bit
-        for name, masks in units.items():
-            object.__setattr__(self, name, _frozen(dict(sorted(masks.items()))))
-        object.__setattr__(self, "all_cpus", mask_of(c.cpu for c in cpus))
+            all_cpus |= bit
+            core_cpus[c.core] = core_cpus.get(c.core, 0) | bit
+            socket_cpus[c.socket] = socket_cpus.get(c.socket, 0) | bit
+            numa_cpus[c.numa] = numa_cpus.get(c.numa, 0) | bit
+            uncore_cpus[c.uncore] = uncore_cpus.get(c.uncore, 0) | bit
+        object.__setattr__(self, "core_cpus", _sorted_frozen(core_cpus))
+        object.__setattr__(self, "socket_cpus", _sorted_frozen(socket_cpus))
+        object.__setattr__(self, "numa_cpus", _sorted_frozen(numa_cpus))
+        object.__setattr__(self, "uncore_cpus", _sorted_frozen(uncore_cpus))
+        object.__setattr__(self, "all_cpus", all_cpus)
+        # The relations from each core's (socket, NUMA node, uncore) once: a core's CPUs
+        # usually share them, so grouping the distinct triples does a fraction of the work.
+        homes = {(c.core, c.socket, c.numa, c.uncore) for c in cpus}
         relations = {
-            "sockets_of_numa": _group((c.numa, c.socket) for c in cpus),
-            "numas_of_socket": _group((c.socket, c.numa) for c in cpus),
-            "cores_of_socket": _group((c.socket, c.core) for c in cpus),
-            "cores_of_numa": _group((c.numa, c.core) for c in cpus),
-            "uncores_of_numa": _group((c.numa, c.uncore) for c in cpus),
+            "sockets_of_numa": _group({(numa, socket) for _, socket, numa, _ in homes}),
+            "numas_of_socket": _group({(socket, numa) for _, socket, numa, _ in homes}),
+            "cores_of_socket": _group({(socket, core) for core, socket, _, _ in homes}),
+            "cores_of_numa": _group({(numa, core) for core, _, numa, _ in homes}),
+            "uncores_of_numa": _group({(numa, uncore) for _, _, numa, uncore in homes}),
         }
         for name, value in relations.items():
             object.__setattr__(self, name, value)
@@ -240,13 +269,39 @@ class CPUTopology:
 
         An online CPU the kernel puts on no NUMA node (a kernel without NUMA) counts as node 0.
         """
-        records = []
-        for c in topology.cpus:
-            if not c.online:
-                continue
-            records.append({"cpu": c.id, "core": c.core, "socket": c.socket,
-                            "numa": 0 if c.numa is None else c.numa, "uncore_cache": c.l3})
-        return cpu_topology(records)
+        infos = _plain_infos(topology)
+        if infos is None:  # cpu_topology says what is wrong
+            return cpu_topology(_records(topology))
+        _check_cores(infos)
+        return CPUTopology(tuple(infos))
+
+
+def _records(topology: Topology) -> list[dict[str, Any]]:
+    """The online CPUs as ``cpu_topology`` reads them."""
+    return [{"cpu": c.id, "core": c.core, "socket": c.socket,
+             "numa": 0 if c.numa is None else c.numa, "uncore_cache": c.l3}
+            for c in topology.cpus if c.online]
+
+
+def _plain_infos(topology: Topology) -> list[CPUInfo] | None:
+    """``cpu_topology(_records(topology))``'s CPUs in one pass, for a topology whose online CPUs
+    ``cpu_topology`` takes as they are (distinct ids, every id a non-negative int); None for
+    any other, which ``cpu_topology`` then refuses or reads. A hook process builds this on
+    every container start."""
+    infos = []
+    for c in topology.cpus:
+        if not c.online:
+            continue
+        cpu, core, socket, l3 = c.id, c.core, c.socket, c.l3
+        numa = 0 if c.numa is None else c.numa
+        if not (type(cpu) is int and type(core) is int and type(socket) is int
+                and type(numa) is int and cpu >= 0 and core >= 0 and socket >= 0 and numa >= 0
+                and (l3 is None or type(l3) is int and l3 >= 0)):
+            return None
+        infos.append(CPUInfo(cpu, core, socket, numa, socket if l3 is None else l3))
+    if not infos or len({info.cpu for info in infos}) != len(infos):
+        return None
+    return infos
 
 
 _REQUIRED = ("cpu", "core", "socket", "numa")
