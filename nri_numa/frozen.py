@@ -10,7 +10,8 @@ classes before it does any work. ``@frozen`` makes the same values without eithe
   generic function's code with the class's parameter names put in, whose body hands its
   arguments to a loop over the fields; a class instantiated 64 times then gets an ``__init__``
   compiled for it, from one template per shape of fields, as fast as dataclasses' (the agent's
-  hot values), while a hook process compiles none;
+  hot values; the few classes a hook process makes hundreds of at once, such as a machine's
+  CPUs, write their own ``__init__`` instead, cheaper than compiling one in every run);
 * ``__repr__``, ``__eq__``, ``__hash__``, ``__setattr__`` and ``__delattr__`` are functions
   shared by all classes, reading each class's field names;
 * ``fields`` and ``replace`` here work on its classes (and on any dataclass); the
