@@ -15,13 +15,14 @@ from types import MappingProxyType
 
 from nri_numa.engine.cpu.topology import checked_mask
 from nri_numa.engine.hints import Hint
-from nri_numa.engine.memory import MemoryState, MemoryStateError
 from nri_numa.frozen import field, frozen
 from nri_numa.topology.cpulist import MAX_ID, ListFormatError, format_list, parse_list
 
 TYPE_CHECKING = False  # as typing.TYPE_CHECKING: a hook process does not import typing
 if TYPE_CHECKING:
     from typing import Any
+
+    from nri_numa.engine.memory import MemoryState
 
 
 class AllocationsError(ValueError):
@@ -221,6 +222,9 @@ class Allocations:
         pods = {str(k): _pod_from_dict(v, f"pods.{k}") for k, v in _obj(d.get("pods", {}), "pods").items()}
         memory = None
         if d.get("memory") is not None:
+            # Loaded here: without the Static memory policy there is no memory state to read.
+            from nri_numa.engine.memory import MemoryState, MemoryStateError
+
             try:
                 memory = MemoryState.from_dict(d["memory"])
             except MemoryStateError as e:

@@ -26,7 +26,6 @@ from types import MappingProxyType
 
 from nri_numa.engine.policy.options import (DEFAULT_MAX_ALLOWABLE_NUMA_NODES,
                                             MAX_ALLOWABLE_NUMA_NODES, PREFER_CLOSEST_NUMA_NODES)
-from nri_numa.engine.quantity import MAX_INT64
 from nri_numa.engine.request import RequestError, hugepage_size_kib
 from nri_numa.frozen import field, fields, frozen
 from nri_numa.safeio.bounds import clip, quote
@@ -108,7 +107,9 @@ _INCOMPATIBLE_CPU_OPTIONS = (
 # Go's strconv.ParseBool.
 _TRUE = ("1", "t", "T", "TRUE", "true", "True")
 _FALSE = ("0", "f", "F", "FALSE", "false", "False")
-_GO_INT = re.compile(r"[+-]?[0-9]+")
+# Go's strconv.Atoi syntax, compiled (and kept) by re on first use: few configurations have a
+# number to check.
+_GO_INT = r"[+-]?[0-9]+"
 
 
 def _parse_bool(value: str) -> bool | None:
@@ -223,9 +224,12 @@ def _topology_option_problem(name: str, value: str) -> str | None:
                 f"(known: {', '.join(TOPOLOGY_OPTIONS)})")
     if name == PREFER_CLOSEST:
         return _bool_error(name, value) if _parse_bool(value) is None else None
+    from nri_numa.engine.quantity import MAX_INT64
+
     # Digits are counted before int() converts them: past 4300 it raises, and it is slow.
-    if not _GO_INT.fullmatch(value) or len(value.lstrip("+-0")) > 19 or int(value) > MAX_INT64:
-        reason = "invalid syntax" if not _GO_INT.fullmatch(value) else "value out of range"
+    go_int = re.fullmatch(_GO_INT, value)
+    if not go_int or len(value.lstrip("+-0")) > 19 or int(value) > MAX_INT64:
+        reason = "invalid syntax" if not go_int else "value out of range"
         return (f'unable to convert policy option to integer "{name}": strconv.Atoi: parsing '
                 f'"{clip(value)}": {reason}')
     if int(value) < KUBELET_MIN_ALLOWABLE:

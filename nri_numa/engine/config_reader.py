@@ -16,8 +16,6 @@ from enum import StrEnum
 from nri_numa.engine.config import (ConfigError, CpuManagerPolicy, EngineConfig,
                                     MemoryManagerPolicy, MemoryReservation, TopologyPolicy,
                                     TopologyScope, not_one_of)
-from nri_numa.engine.kubelet_keys import IGNORED_KUBELET_KEYS
-from nri_numa.engine.quantity import QuantityError, resource_amount
 from nri_numa.safeio.bounds import clip, quote
 from nri_numa.topology.cpulist import MAX_ID, ListFormatError, parse_list
 
@@ -52,7 +50,7 @@ def read_kubelet_configuration(obj: Any) -> tuple[EngineConfig, tuple[str, ...]]
     for key, raw in obj.items():
         reader = _READERS.get(key)
         if reader is None:
-            if isinstance(key, str) and key in IGNORED_KUBELET_KEYS:
+            if _is_kubelet_key(key):
                 ignored.append(key)
             else:
                 unknown.append(key)
@@ -89,12 +87,22 @@ def _problem_key(problem: str) -> str:
     return re.split(r"[:\[]", problem, maxsplit=1)[0]
 
 
+def _is_kubelet_key(key: Any) -> bool:
+    """Whether ``key`` is one of the kubelet's keys nri-numa leaves alone. Their list loads
+    with the first key nri-numa does not read: a configuration of its own keys never needs it."""
+    from nri_numa.engine.kubelet_keys import IGNORED_KUBELET_KEYS
+
+    return isinstance(key, str) and key in IGNORED_KUBELET_KEYS
+
+
 class _KeyProblem(Exception):
     """One key's value is wrong; config_from_mapping prefixes the key."""
 
 
 def _unknown_key(key: Any, listed: bool = True) -> str:
     import difflib  # only for an unknown key: a hook process reads its configuration every run
+
+    from nri_numa.engine.kubelet_keys import IGNORED_KUBELET_KEYS
 
     # A key longer than any known one is no typo of one: difflib is not asked.
     text = key if isinstance(key, str) else quote(key)
@@ -153,6 +161,10 @@ def _cpu_list(key: str, raw: Any) -> dict[str, Any]:
 
 
 def _reserved(key: str, raw: Any) -> dict[str, Any]:
+    # Quantities are read only here and in _reservation: a configuration without reservations
+    # never loads them.
+    from nri_numa.engine.quantity import QuantityError, resource_amount
+
     if not isinstance(raw, Mapping):
         raise _KeyProblem(f'must be a map such as {{cpu: "1", memory: "1Gi"}}, not {quote(raw)}')
     amounts = {}
@@ -186,6 +198,8 @@ def _reservation(entry: Any, where: str) -> MemoryReservation:
     limits = entry.get("limits")
     if not isinstance(limits, Mapping) or not limits:
         raise _KeyProblem(f"{where}.limits: must be a map such as {{memory: \"1Gi\"}}")
+    from nri_numa.engine.quantity import QuantityError, resource_amount
+
     amounts = {}
     for resource, value in limits.items():
         if not isinstance(resource, str):
@@ -204,7 +218,8 @@ def _flag(key: str, raw: Any) -> dict[str, Any]:
 
 
 # A Go duration as the kubelet writes it ("10s", "1m30s", "500ms") or a number of seconds.
-_DURATION_PART = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|ms|s|m|h)")
+# Compiled (and kept) by re on first use: few configurations set a period.
+_DURATION_PART = r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|ms|s|m|h)"
 _UNIT_SECONDS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0,
                  "h": 3600.0}
 MAX_RECONCILE_PERIOD = 86400.0
@@ -228,7 +243,7 @@ def _seconds(raw: Any) -> float | None:
     text = raw.strip()
     if text == "0":
         return 0.0
-    parts = _DURATION_PART.findall(text)
+    parts = re.findall(_DURATION_PART, text)
     if not parts or "".join(n + u for n, u in parts) != text:
         return None
     return sum(float(n) * _UNIT_SECONDS[u] for n, u in parts)

@@ -13,13 +13,16 @@ from nri_numa.engine.config_machine import validate_for_topology
 from nri_numa.engine.cpu import CPUTopology, NotEnoughCPUsError, checked_mask, take_cpus
 from nri_numa.engine.devices import Chooser, Device, Resource
 from nri_numa.engine.devices.requested import NIC_CLASS, PCI_PREFIX, pci_resource
-from nri_numa.engine.memory import MemoryState, check_reserved_memory
 from nri_numa.engine.merge import MachineMerge
 from nri_numa.engine.policy.options import (DEFAULT_MAX_ALLOWABLE_NUMA_NODES,
                                             MAX_ALLOWABLE_NUMA_NODES)
 from nri_numa.frozen import frozen, replace
 from nri_numa.topology.cpulist import format_list
 from nri_numa.topology.model import Topology
+
+TYPE_CHECKING = False  # as typing.TYPE_CHECKING: a hook process does not import typing
+if TYPE_CHECKING:
+    from nri_numa.engine.memory.state import MemoryState
 
 GPU_RESOURCE = "nvidia.com/gpu"
 
@@ -52,6 +55,8 @@ class EngineContext:
                                "containers would have no CPU; set sharedPoolIncludesIsolcpus: "
                                "true to let them run there"])
         if config.memory_manager_policy is MemoryManagerPolicy.STATIC:
+            from nri_numa.engine.memory import check_reserved_memory  # loaded for this policy only
+
             try:
                 check_reserved_memory(ctx.memory_topology, config.reserved_memory_by_node)
             except ValueError as e:
@@ -73,10 +78,16 @@ class EngineContext:
     def empty_allocations(self) -> Allocations:
         online = self.topology.online_cpus - self.withheld_cpus
         shared = online - self.reserved_cpus if self.strict_reservation else online
-        memory = (MemoryState.from_topology(self.memory_topology,
-                                            self.config.reserved_memory_by_node)
-                  if self.memory_static else None)
-        return Allocations(shared=shared, memory=memory)
+        return Allocations(shared=shared, memory=self._empty_memory())
+
+    def _empty_memory(self) -> MemoryState | None:
+        """The Memory Manager's state before any placement; None without its Static policy,
+        which is when its modules are never loaded."""
+        if not self.memory_static:
+            return None
+        from nri_numa.engine.memory import MemoryState
+
+        return MemoryState.from_topology(self.memory_topology, self.config.reserved_memory_by_node)
 
     def check(self, allocations: Allocations) -> None:
         """Raise AllocationsError unless ``allocations`` fit this machine and configuration."""

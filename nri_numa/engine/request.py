@@ -19,7 +19,6 @@ from enum import StrEnum
 from functools import cached_property
 from types import MappingProxyType
 
-from nri_numa.engine.quantity import QuantityError, bytes_value, format_binary
 from nri_numa.frozen import field, frozen
 from nri_numa.safeio.bounds import quote
 from nri_numa.topology.cpulist import MAX_ID
@@ -52,11 +51,17 @@ class QosClass(StrEnum):
 
 def hugepage_resource_name(page_size_kib: int) -> str:
     """2048 → "hugepages-2Mi", 1048576 → "hugepages-1Gi": the kubelet's resource names."""
+    # Quantities are imported by the two functions that read or write them: a container
+    # placed without hugepages or a Memory Manager needs neither.
+    from nri_numa.engine.quantity import format_binary
+
     return HUGEPAGES_PREFIX + format_binary(page_size_kib * 1024)
 
 
 def hugepage_size_kib(resource: str) -> int:
     """"hugepages-2Mi" → 2048; the size part is a quantity, so "hugepages-2048Ki" is the same."""
+    from nri_numa.engine.quantity import QuantityError, bytes_value
+
     size_text = resource.removeprefix(HUGEPAGES_PREFIX)
     try:
         size = bytes_value(size_text)

@@ -154,7 +154,7 @@ def parse_env(entries: list[str] | tuple[str, ...]) -> dict[str, str]:
 # runtime value beyond it is garbage, and expanding "0-4294967295" would take minutes and
 # gigabytes: it is refused before it is expanded.
 MAX_CPUSET_ID = 65535
-_NUMBER = re.compile(r"[0-9]+")
+_NUMBER = r"[0-9]+"  # compiled (and kept) by re on first use, not at import
 
 
 def parse_cpuset(text: str, where: str) -> frozenset[int] | None:
@@ -162,7 +162,7 @@ def parse_cpuset(text: str, where: str) -> frozenset[int] | None:
     naming ``where`` when it is not a list or names an id above ``MAX_CPUSET_ID``."""
     if not text.strip():
         return None
-    if any(len(n.lstrip("0")) > 5 or int(n) > MAX_CPUSET_ID for n in _NUMBER.findall(text)):
+    if any(len(n.lstrip("0")) > 5 or int(n) > MAX_CPUSET_ID for n in re.findall(_NUMBER, text)):
         raise RuntimeInputError(f"{where}: {quote(text)} names ids above {MAX_CPUSET_ID}, more "
                                 "than any kernel has")
     try:

@@ -32,7 +32,7 @@ if TYPE_CHECKING:
 
 log = get_logger(__name__)
 
-_NVIDIA_NODE = re.compile(r"/dev/nvidia(\d+)")
+_NVIDIA_NODE = r"/dev/nvidia(\d+)"  # compiled (and kept) by re at the first NVIDIA device
 
 
 @frozen
@@ -151,7 +151,7 @@ class DeviceLocator:
     def _nvidia_gpu(self, device: DeviceNode) -> Gpu | None:
         if device.type not in ("c", "u") or device.major != NVIDIA_MAJOR:
             return None
-        m = _NVIDIA_NODE.fullmatch(device.path)
+        m = re.fullmatch(_NVIDIA_NODE, device.path)
         if not m:
             return None
         if self._gpu_by_minor is None:

@@ -18,7 +18,6 @@ from collections.abc import Callable, Mapping
 from functools import lru_cache
 
 from nri_numa.engine.allocations import Allocations, PodAllocation
-from nri_numa.engine.memory import MemoryState
 from nri_numa.state.ledger import LEDGER_VERSION, Ledger
 from nri_numa.topology.cpulist import format_cached
 
@@ -26,6 +25,7 @@ TYPE_CHECKING = False  # as typing.TYPE_CHECKING: a hook process does not import
 if TYPE_CHECKING:
     from typing import Any
 
+    from nri_numa.engine.memory import MemoryState
     from nri_numa.state.plugin_records import ContainerRecord, PodRecord
 
 # ``json.dumps`` with these options builds a new encoder at every call, which costs more than
@@ -124,16 +124,24 @@ def pod_value(uid: str, pod: PodAllocation) -> Any:
 
 def node_value(n: str, node: Any) -> Any:
     """A NUMA node's value in the memory state's ``machineState``."""
+    # The memory modules load here, with the first memory state to encode: a ledger kept
+    # without the Static memory policy has none.
+    from nri_numa.engine.memory import MemoryState
+
     return MemoryState({int(n): node}).to_dict()["machineState"][n]
 
 
 def blocks_value(uid: str, blocks: Any) -> Any:
     """A pod's memory blocks in the memory state's ``entries``."""
+    from nri_numa.engine.memory import MemoryState
+
     return MemoryState({}, {uid: blocks}).to_dict()["entries"][uid]
 
 
 def reusable_value(uid: str, masks: Any) -> Any:
     """A pod's reusable memory in the memory state's ``reusable``."""
+    from nri_numa.engine.memory import MemoryState
+
     return MemoryState({}, reusable={uid: masks}).to_dict()["reusable"][uid]
 
 

@@ -27,10 +27,11 @@ from nri_numa.safeio.bounds import MAX_ANNOTATION_VALUE, clip, quote
 
 PCI_PREFIX = "pci/"  # + vendor:device, four lowercase hex digits each
 NIC_CLASS = "nic"
-_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._/:-]*")
-_PCI_ID = re.compile(r"pci/([0-9A-Fa-f]{4}):([0-9A-Fa-f]{4})")
+# Patterns compiled (and kept) by re on first use: only a devices annotation needs them.
+_NAME = r"[A-Za-z0-9][A-Za-z0-9._/:-]*"
+_PCI_ID = r"pci/([0-9A-Fa-f]{4}):([0-9A-Fa-f]{4})"
 MAX_COUNT = 1024  # far above any machine's devices; a larger number is a typo
-_COUNT = re.compile(r"[0-9]{1,9}")
+_COUNT = r"[0-9]{1,9}"
 
 
 def pci_resource(vendor: int, device: int) -> str:
@@ -55,7 +56,7 @@ def parse_devices(value: str, annotation: str) -> dict[str, int]:
         name, sep, count = (part.strip() for part in item.partition("="))
         # ASCII digits, few of them: isdigit() takes "²" and "١", which int() refuses or
         # reads, and a thousand digits are a typo that int() would be slow to convert.
-        if (not sep or not _NAME.fullmatch(name) or not _COUNT.fullmatch(count)
+        if (not sep or not re.fullmatch(_NAME, name) or not re.fullmatch(_COUNT, count)
                 or int(count) == 0):
             raise AnnotationError(
                 f'annotation {annotation}: "{clip(item.strip())}" is not resource=count (a '
@@ -64,7 +65,7 @@ def parse_devices(value: str, annotation: str) -> dict[str, int]:
             raise AnnotationError(f"annotation {annotation}: {clip(name)}={count} asks for more "
                                   f"than {MAX_COUNT} devices")
         if name.lower().startswith(PCI_PREFIX):
-            if not _PCI_ID.fullmatch(name.lower()):
+            if not re.fullmatch(_PCI_ID, name.lower()):
                 raise AnnotationError(f'annotation {annotation}: "{clip(name)}" is not '
                                       "pci/VVVV:DDDD (PCI vendor and device ids in hex, e.g. "
                                       "pci/15b3:1021)")

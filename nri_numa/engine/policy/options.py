@@ -26,7 +26,7 @@ DEFAULT_MAX_ALLOWABLE_NUMA_NODES = 8
 
 _GO_TRUE = frozenset({"1", "t", "T", "TRUE", "true", "True"})
 _GO_FALSE = frozenset({"0", "f", "F", "FALSE", "false", "False"})
-_GO_DECIMAL = re.compile(r"[+-]?[0-9]+")
+_GO_DECIMAL = r"[+-]?[0-9]+"  # compiled (and kept) by re on first use
 _INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
 _GO_ESCAPES = {"\a": "\\a", "\b": "\\b", "\f": "\\f", "\n": "\\n", "\r": "\\r", "\t": "\\t", "\v": "\\v"}
 
@@ -86,7 +86,7 @@ def _parse_bool(name: str, value: object) -> bool:
 def _parse_max_nodes(name: str, value: object) -> int:
     text = _text(name, value)
     prefix = f"unable to convert policy option to integer {go_quote(name)}: strconv.Atoi: parsing {go_quote(text)}"
-    if not _GO_DECIMAL.fullmatch(text):
+    if not re.fullmatch(_GO_DECIMAL, text):
         raise PolicyOptionError(f"{prefix}: invalid syntax")
     number = int(text)
     if not _INT64_MIN <= number <= _INT64_MAX:

@@ -13,12 +13,8 @@ from __future__ import annotations
 from collections import Counter
 
 from nri_numa.engine.allocations import Allocations
-from nri_numa.engine.bounded_hints import EXACT_NODE_LIMIT, Demand, bounded_hints
 from nri_numa.engine.context import EngineContext
 from nri_numa.engine.devices import Resource
-from nri_numa.engine.devices.allocate import (DeviceAllocationError, DeviceRequest,
-                                              devices_to_allocate)
-from nri_numa.engine.devices.hints import device_hints, pod_device_hints
 from nri_numa.engine.hints import Hint
 from nri_numa.engine.providers import AllocationFailure, ProviderHints, ResourceDemand
 from nri_numa.engine.request import (ContainerKind, ContainerRequest, PodRequest,
@@ -26,6 +22,10 @@ from nri_numa.engine.request import (ContainerKind, ContainerRequest, PodRequest
 from nri_numa.frozen import replace
 
 HELD_PREFIX = "held:"  # slot name for devices a container already holds
+
+# The Device Manager's hints and allocation (nri_numa.engine.devices.hints, .allocate) and
+# bounded_hints are imported by the methods that reach them: a container that asks for no
+# device and holds none never loads them.
 
 
 class DeviceProvider:
@@ -35,6 +35,9 @@ class DeviceProvider:
                         container: ContainerRequest) -> ProviderHints:
         if not container.devices and not container.device_numa_hints:
             return None
+        from nri_numa.engine.bounded_hints import EXACT_NODE_LIMIT
+        from nri_numa.engine.devices.hints import device_hints
+
         hints: dict[str, list[Hint] | None] = _held_hints(container)
         pod_alloc = allocs.pod(pod.uid)
         entry = pod_alloc.containers.get(container.name)
@@ -55,6 +58,9 @@ class DeviceProvider:
 
     def pod_hints(self, ctx: EngineContext, allocs: Allocations,
                   pod: PodRequest) -> ProviderHints:
+        from nri_numa.engine.bounded_hints import EXACT_NODE_LIMIT
+        from nri_numa.engine.devices.hints import pod_device_hints
+
         hints: dict[str, list[Hint] | None] = {}
         for c in pod.containers:
             hints.update(_held_hints(c))
@@ -76,6 +82,9 @@ class DeviceProvider:
                  container: ContainerRequest, hint: Hint) -> Allocations:
         if not container.devices:
             return allocs
+        from nri_numa.engine.devices.allocate import (DeviceAllocationError, DeviceRequest,
+                                                      devices_to_allocate)
+
         pod_alloc = allocs.pod(pod.uid)
         entry = pod_alloc.entry(container.name)
         given = dict(entry.devices)
@@ -150,6 +159,8 @@ def _bounded(ctx: EngineContext, resource: Resource, count: int, others: frozens
              reusable: frozenset[str]) -> list[Hint] | None:
     if not resource.has_topology:
         return None
+    from nri_numa.engine.bounded_hints import Demand, bounded_hints
+
     free_ids = (resource.healthy_ids - others) | reusable
     if len(free_ids) < count:
         return []

@@ -9,15 +9,20 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from nri_numa.engine import memory
 from nri_numa.engine.allocations import Allocations
-from nri_numa.engine.bounded_hints import EXACT_NODE_LIMIT, Demand, bounded_hints
 from nri_numa.engine.context import EngineContext
 from nri_numa.engine.hints import Hint
-from nri_numa.engine.memory import InitContainer, MemoryState
 from nri_numa.engine.providers import AllocationFailure, ProviderHints, ResourceDemand
 from nri_numa.engine.request import (ContainerKind, ContainerRequest, PodRequest, QosClass,
                                      pod_memory_requests)
+
+TYPE_CHECKING = False  # as typing.TYPE_CHECKING: a hook process does not import typing
+if TYPE_CHECKING:
+    from nri_numa.engine.memory import MemoryState
+
+# The Memory Manager's modules (nri_numa.engine.memory, bounded_hints) are imported by the
+# methods that reach them, past ``_state``: a container the Memory Manager ignores (every one
+# without the Static memory policy) never loads them.
 
 
 class MemoryProvider:
@@ -30,6 +35,8 @@ class MemoryProvider:
         if state is None or not request:
             return None
         if state.container_blocks(pod.uid, container.name) is not None:
+            from nri_numa.engine import memory
+
             return memory.container_hints(state, pod.uid, container.name, request)
         return _hints(ctx, state, pod.uid, request)
 
@@ -41,6 +48,8 @@ class MemoryProvider:
             return None
         names = [c.name for c in pod.containers]
         if any(state.container_blocks(pod.uid, n) is not None for n in names):
+            from nri_numa.engine import memory
+
             return memory.pod_hints(state, pod.uid, names, request)
         return _hints(ctx, state, pod.uid, request)
 
@@ -50,7 +59,9 @@ class MemoryProvider:
         request = container.memory_requests()
         if state is None or not request:
             return allocs
-        inits = [InitContainer(c.name, c.kind is ContainerKind.SIDECAR)
+        from nri_numa.engine import memory
+
+        inits = [memory.InitContainer(c.name, c.kind is ContainerKind.SIDECAR)
                  for c in pod.init_containers]
         try:
             state = memory.allocate(state, pod.uid, container.name, request, hint,
@@ -64,6 +75,8 @@ class MemoryProvider:
                 container_name: str) -> Allocations:
         if allocs.memory is None or allocs.memory.container_blocks(pod_id, container_name) is None:
             return allocs
+        from nri_numa.engine import memory
+
         state = memory.remove(allocs.memory, pod_id, container_name)
         if not state.blocks.get(pod_id) and pod_id in state.reusable:
             # The pod's last blocks are gone: what its init containers left for reuse goes too.
@@ -91,6 +104,9 @@ def _state(allocs: Allocations, pod: PodRequest) -> MemoryState | None:
 
 def _hints(ctx: EngineContext, state: MemoryState, pod_id: str,
            request: Mapping[str, int]) -> ProviderHints:
+    from nri_numa.engine import memory
+    from nri_numa.engine.bounded_hints import EXACT_NODE_LIMIT, Demand, bounded_hints
+
     if len(state.nodes) <= EXACT_NODE_LIMIT:
         return memory.memory_hints(state, pod_id, request)
     demands = [Demand(amount,

@@ -12,6 +12,9 @@ import pytest
 
 from nri_numa.engine.admit import admit
 from nri_numa.engine.config import ConfigError
+from nri_numa.engine.config_reader import config_from_mapping
+from nri_numa.engine.context import EngineContext
+from nri_numa.engine.devices import Device, Resource
 from nri_numa.topology.synthetic import MachineSpec, MemorySpec, build_topology, preset_topology
 
 from .machines import GIB, admitted, context, guaranteed_pod, static_cpu
@@ -141,3 +144,35 @@ def test_best_effort_keeps_aligning_after_memory_groups_exist():
     # Nodes 4..11 are untouched and hold 64 CPUs: the exact merge's answer.
     placement = admitted(ctx, allocs, guaranteed_pod("wide", "64", "8Gi")).decision.placements[0]
     assert placement.hint.affinity == set(range(4, 12))
+
+
+ACCEL = "example.com/accel"
+
+
+@pytest.mark.parametrize("scope", ["container", "pod"])
+def test_devices_on_16_nodes_bring_the_cpus_and_memory_to_their_node(scope):
+    """One device on node 3 and one on node 12: each pod asking for one lands on a device's
+    node with its CPUs and memory (bounded device hints), and a third pod is refused."""
+    accel = Resource(ACCEL, (Device("accel3", frozenset({3})), Device("accel12", frozenset({12}))))
+    config = config_from_mapping({
+        **static_cpu("0,64", "single-numa-node", topologyManagerScope=scope),
+        "memoryManagerPolicy": "Static",
+        "reservedMemory": [{"numaNode": 0, "limits": {"memory": "1Gi"}}]})
+    ctx = EngineContext.build(SIXTEEN, config, {ACCEL: accel})
+    allocs = ctx.empty_allocations()
+    nodes = []
+    for name in ("a", "b"):
+        result = admitted(ctx, allocs, guaranteed_pod(name, "2", "2Gi", devices={ACCEL: 1}))
+        placement, = result.decision.placements
+        node, = placement.hint.affinity
+        assert placement.devices == {ACCEL: (f"accel{node}",)}
+        assert node_of(SIXTEEN, placement.cpus) == {node} and placement.mems == {node}
+        nodes.append(node)
+        allocs = result.allocations
+    assert sorted(nodes) == [3, 12]
+    ctx.check(allocs)
+    refused = admit(ctx, allocs, guaranteed_pod("c", "2", "2Gi", devices={ACCEL: 1}))
+    rejection = refused.decision.rejection
+    assert rejection.reason == "TopologyAffinityError"
+    assert f"{ACCEL}: asked 1 devices; free node 0: 0 free" in rejection.message
+    assert refused.allocations is allocs

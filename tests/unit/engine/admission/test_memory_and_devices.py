@@ -10,7 +10,9 @@ from __future__ import annotations
 import pytest
 
 from nri_numa.engine.admit import admit, release
+from nri_numa.engine.hints import Hint
 from nri_numa.engine.memory import Block
+from nri_numa.engine.providers.memory import MemoryProvider
 from nri_numa.topology.synthetic import preset_topology
 
 from tests.unit.engine.cpu.kubelet_fixtures import DUAL_SOCKET_HT
@@ -130,6 +132,20 @@ def test_admitting_another_pod_keeps_the_memory_reuse_entries_of_others():
     before = admitted(ctx, ctx.empty_allocations(), with_init).allocations
     during = admitted(ctx, before, guaranteed_pod("q", "1", "1Gi")).allocations
     assert release(ctx, during, "q") == before
+
+
+def test_a_pod_whose_memory_is_placed_hints_the_nodes_of_its_blocks():
+    """The kubelet regenerates an allocated pod's memory hints from its blocks instead of
+    computing them afresh (a pod-scope merge of a pod placed without a kept pod hint)."""
+    ctx = memory_engine("single-numa-node", "pod")
+    request = guaranteed_pod("p", "2", "4Gi")
+    allocs = admitted(ctx, ctx.empty_allocations(), request).allocations
+    assert allocs.memory.container_blocks("p", "main") == (Block((0,), "memory", 4 * GIB),)
+    assert MemoryProvider().pod_hints(ctx, allocs, request) == {
+        "memory": [Hint(frozenset({0}), True)]}
+    # Another pod of the same size is hinted afresh: only node 1 still holds 4 GiB.
+    fresh = MemoryProvider().pod_hints(ctx, allocs, guaranteed_pod("q", "2", "4Gi"))
+    assert {h.affinity for h in fresh["memory"] if h.preferred} == {frozenset({1})}
 
 
 # --- GPUs on a DGX-H100-like machine ---------------------------------------------------------
