@@ -103,3 +103,40 @@ def test_the_log_line_is_written_as_the_hooks(tmp_path):
     (tmp_path / "link.log").symlink_to(path)
     fast_forward.log_line(str(tmp_path / "link.log"), "poststop", "not through a link")
     assert "not through a link" not in path.read_text()
+
+
+DEFERRED_CHECK = r"""
+import sys
+sys.path.append(sys.argv[1])
+import fast_forward
+
+fast_forward.defer_path_extras()
+import pathlib
+
+assert [type(sys.modules[m]).__name__ for m in ("ntpath", "urllib.parse")] == ["Deferred"] * 2
+assert "ipaddress" not in sys.modules and "nt" not in sys.modules
+assert pathlib.Path("/a b").as_uri() == "file:///a%20b"  # pathlib's own binding, then loaded
+assert pathlib.PureWindowsPath("C:/x/y").drive == "C:" and pathlib.PureWindowsPath("a", "b").parts == ("a", "b")
+import ntpath
+import urllib.parse
+from urllib.parse import urlsplit
+
+assert type(urllib.parse).__name__ == "module" and urllib.parse is sys.modules["urllib.parse"]
+assert "ipaddress" in sys.modules
+assert urllib.parse.quote("a b") == "a%20b" and urlsplit("http://h/p").path == "/p"
+assert ntpath.join("a", "b") == "a\\b" and type(sys.modules["ntpath"]).__name__ == "module"
+print("ok")
+"""
+
+
+def test_what_pathlib_imports_for_windows_paths_and_uris_loads_when_first_used():
+    """In the fast client's process, ntpath and urllib.parse (with ipaddress) stand deferred
+    until something uses them; then the real modules answer, pathlib's references included."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    here = str(Path(fast_forward.__file__).parent)
+    done = subprocess.run([sys.executable, "-I", "-S", "-c", DEFERRED_CHECK, here],
+                          capture_output=True, text=True, timeout=60)
+    assert (done.returncode, done.stdout) == (0, "ok\n"), done.stderr
