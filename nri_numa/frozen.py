@@ -32,7 +32,7 @@ class, ``slots=True``. What it refuses at definition, so that nothing silently b
 
 from __future__ import annotations
 
-import warnings
+import builtins
 from collections.abc import Callable
 from operator import attrgetter
 from types import FunctionType
@@ -339,11 +339,18 @@ def _fill(plan: _InitPlan, self: Any, given: dict[str, Any]) -> None:
 
 
 # What every generated __init__ sees as its globals.
-_GLOBALS = {_SETATTR: object.__setattr__, _NO_VALUE: MISSING, "__frozen_fill__": _fill}
-_GENERIC: dict[str, Any] = {}
-exec("def __init__(self):\n    __frozen_fill__('\\x00plan', self, locals())\n",  # noqa: S102
-     _GLOBALS, _GENERIC)
-_GENERIC_CODE = _GENERIC["__init__"].__code__
+_GLOBALS = {_SETATTR: object.__setattr__, _NO_VALUE: MISSING, "__frozen_fill__": _fill,
+            "__builtins__": builtins}
+__frozen_fill__ = _fill  # the name the generic code calls, here too so that it reads as defined
+
+
+def _generic_code(self: Any) -> None:
+    # Its code is every generic __init__'s, with the class's parameters and plan put in and
+    # _GLOBALS as its globals; written here, it comes compiled with the module.
+    __frozen_fill__("\x00plan", self, locals())
+
+
+_GENERIC_CODE = _generic_code.__code__
 
 
 def _generic_init(cls: type) -> Callable[..., None]:
@@ -402,6 +409,8 @@ def _template(shape: tuple[int, ...], post_init: bool) -> Any:
         body.append("    self.__post_init__()")
     source = f"def __init__(self{''.join(params)}):\n" + "\n".join(body or ["    pass"]) + "\n"
     namespace: dict[str, Any] = {}
+    import warnings  # here: a process that compiles no __init__ never loads it
+
     with warnings.catch_warnings():  # "'str' object is not callable": a factory's placeholder
         warnings.simplefilter("ignore", SyntaxWarning)
         exec(source, _GLOBALS, namespace)  # noqa: S102 - source built above, no user text

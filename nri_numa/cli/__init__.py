@@ -11,7 +11,6 @@ client is all a hook process loads.
 
 from __future__ import annotations
 
-import importlib
 import sys
 from types import ModuleType
 
@@ -99,6 +98,8 @@ _entry_point = main
 
 def _commands() -> ModuleType:
     """nri_numa.cli.main, with argparse and every command's module, loaded on first use."""
+    import importlib  # not at the top: a hook process never needs it
+
     module = importlib.import_module("nri_numa.cli.main")
     # Importing a submodule sets it as the package's attribute of that name: ``main`` here would
     # then be the module nri_numa.cli.main instead of this function.

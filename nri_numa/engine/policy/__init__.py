@@ -7,7 +7,6 @@ hint to align to and whether the pod is admitted; ``merge`` is the shared HintMe
 from __future__ import annotations
 
 from collections.abc import Sequence
-from importlib import import_module
 
 from nri_numa.engine.hints import Hint, MergeError, MergeFn, Slot
 from nri_numa.engine.policy.options import go_quote
@@ -42,5 +41,8 @@ def policy_by_name(name: str) -> Policy:
         if where is None:
             raise MergeError(f"unknown policy: {go_quote(str(name))}")
         module, cls = where
-        policy = _LOADED[name] = getattr(import_module(f"{__name__}.{module}"), cls)()
+        # __import__ with a from-list gives the submodule itself, as importlib.import_module
+        # would, without loading importlib (and warnings) into every hook process.
+        loaded = __import__(f"{__name__}.{module}", fromlist=[cls])
+        policy = _LOADED[name] = getattr(loaded, cls)()
     return policy
