@@ -334,23 +334,20 @@ class Run:
 def run_full_hook(args):
     """``nri-numa hook ARGS`` in this process: the stage run here, or a daemon started
     (``--start-daemon``), or argparse's answer to ``--help`` or a bad option. The interpreter
-    stays as the hook started it (``-I -S``): the package's folder goes first on sys.path and
-    the interpreter's site-packages after the standard library, without ``site``'s own start
-    (.pth files, an editable install's finder: 13-20 ms of each run on the project's VM; the
-    hook's own path imports nothing from there). ``site`` imported under ``-S`` only names
-    the folders. What pathlib loads for Windows paths and URIs waits until used
-    (``defer_path_extras``). Running here rather than exec'ing a new interpreter saves its start, 15-20 ms
-    there; the deadline counts from this process's start either way."""
+    stays as the hook started it (``-I -S``): after the standard library, sys.path gets the
+    package's folder, then the site-packages ``site`` would add (``site_folders``), without
+    ``site``'s own start (.pth files, an editable install's finder: 13-20 ms of each run on the
+    project's VM). What pathlib loads for Windows paths and URIs waits until used
+    (``defer_path_extras``). Running here rather than exec'ing a new interpreter saves its
+    start, 15-20 ms there; the deadline counts from this process's start either way."""
     sys.stdout.flush()
     sys.stderr.flush()
     here = __file__.rpartition("/")[0] or "."
     if here in sys.path:  # fast_client.py put it there: its modules are not top-level ones
         sys.path.remove(here)
-    root = package_root()
-    import site
-
-    sys.path.insert(0, root)
-    sys.path.extend(p for p in site.getsitepackages() if p not in sys.path)
+    # After the standard library, whose every import would otherwise look in this folder first.
+    sys.path.append(package_root())
+    sys.path.extend(p for p in site_folders() if p not in sys.path)
     defer_path_extras()
     from nri_numa.cli import after_fast_client
 
@@ -402,6 +399,37 @@ def defer_path_extras():
             __import__(package)
             setattr(sys.modules[package], leaf, stand_in)
         sys.modules[name] = stand_in
+
+
+def site_folders():
+    """The site-packages folders ``site`` would put on sys.path, named by ``site`` imported
+    under ``-S`` (which starts nothing). In a venv (a pyvenv.cfg beside the interpreter or one
+    folder up, as ``site`` looks), the venv's, and the base installation's too where the venv
+    includes them: under ``-S`` sys.prefix is the base installation's, so ``site`` alone would
+    name only those."""
+    import site
+
+    bin_folder = sys.executable.rpartition("/")[0]
+    venv = bin_folder.rpartition("/")[0]
+    for folder in (bin_folder, venv):
+        try:
+            with open(join(folder, "pyvenv.cfg"), encoding="utf-8") as f:
+                settings = f.read()
+        except (OSError, UnicodeDecodeError):
+            continue
+        prefixes = [venv]
+        if _includes_system_packages(settings):
+            prefixes.append(sys.base_prefix)
+        return site.getsitepackages(prefixes)
+    return site.getsitepackages()
+
+
+def _includes_system_packages(settings):
+    for line in settings.splitlines():
+        key, sep, value = line.partition("=")
+        if sep and key.strip().lower() == "include-system-site-packages":
+            return value.strip().lower() == "true"
+    return False
 
 
 def package_root():

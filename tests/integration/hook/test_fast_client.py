@@ -196,3 +196,28 @@ def test_the_fast_path_loads_only_built_in_modules(setup, daemon):
     heavy = {"json", "socket", "re", "typing", "argparse", "enum", "selectors", "os", "site",
              "pathlib", "logging"}
     assert not loaded & heavy and not any(name.startswith("nri_numa") for name in loaded)
+
+
+SITE_FOLDERS = ("import sys; sys.path.append(sys.argv[1]); import fast_forward; "
+                "print('\\n'.join(fast_forward.site_folders()))")
+
+
+@pytest.mark.parametrize("system_packages", [False, True])
+def test_the_hook_in_process_sees_its_venvs_packages(tmp_path, system_packages):
+    """Under -I -S a venv's interpreter has the base installation's prefix: the folders the full
+    hook adds (its config's YAML parser, NVML's bindings live there) are still the venv's, as
+    site would add them, and the base installation's only where the venv includes them."""
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv),
+                    *(["--system-site-packages"] if system_packages else [])], check=True)
+    done = subprocess.run([str(venv / "bin" / "python"), "-I", "-S", "-c", SITE_FOLDERS,
+                           str(REPO / "nri_numa" / "hook")], capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == 0, done.stderr
+    folders = done.stdout.splitlines()
+    version = f"python{sys.version_info.major}.{sys.version_info.minor}"
+    assert folders[0] == f"{venv}/lib/{version}/site-packages"
+    base = subprocess.run([sys.executable, "-I", "-S", "-c",
+                           "import site; print('\\n'.join(site.getsitepackages()))"],
+                          capture_output=True, text=True, check=True).stdout.splitlines()
+    assert set(folders[1:]) == (set(base) - {folders[0]} if system_packages else set())
