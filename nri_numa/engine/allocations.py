@@ -11,11 +11,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from functools import cached_property
+from operator import itemgetter
 from types import MappingProxyType
 
 from nri_numa.engine.cpu.topology import checked_mask
 from nri_numa.engine.hints import Hint
-from nri_numa.frozen import field, frozen
+from nri_numa.frozen import MISSING, field, frozen
 from nri_numa.topology.cpulist import MAX_ID, ListFormatError, format_list, parse_list
 
 TYPE_CHECKING = False  # as typing.TYPE_CHECKING: a hook process does not import typing
@@ -45,14 +46,31 @@ def _evolve(value: Any, **changes: Any) -> Any:
     return evolved
 
 
+_NO_HINT = Hint(None, False)
+_NO_CPUS: frozenset[int] = frozenset()
+
+
 @frozen
 class ContainerAllocation:
-    exclusive_cpus: frozenset[int] = frozenset()  # empty: the container runs in the shared pool
+    exclusive_cpus: frozenset[int] = _NO_CPUS  # empty: the container runs in the shared pool
     devices: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # resource → ids
-    hint: Hint = Hint(None, False)  # the Topology Manager's choice for this container
+    hint: Hint = _NO_HINT  # the Topology Manager's choice for this container
     # After an in-place resize: the CPUs admitted at creation, which a shrink never gives back
     # (KEP-5554). Empty: never resized, the admitted CPUs are ``exclusive_cpus``.
-    admitted_cpus: frozenset[int] = frozenset()
+    admitted_cpus: frozenset[int] = _NO_CPUS
+
+    # Written out rather than left to @frozen: a hook process reads one per container of the
+    # checkpoint, and @frozen's generic __init__ (compiled only past 64 instances) is several
+    # times slower. The same parameters @frozen gives.
+    def __init__(self, exclusive_cpus: frozenset[int] = _NO_CPUS,
+                 devices: Mapping[str, tuple[str, ...]] = MISSING, hint: Hint = _NO_HINT,
+                 admitted_cpus: frozenset[int] = _NO_CPUS) -> None:
+        setattr_ = object.__setattr__
+        setattr_(self, "exclusive_cpus", exclusive_cpus)
+        setattr_(self, "devices", {} if devices is MISSING else devices)
+        setattr_(self, "hint", hint)
+        setattr_(self, "admitted_cpus", admitted_cpus)
+        self.__post_init__()
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "exclusive_cpus", frozenset(self.exclusive_cpus))
@@ -84,8 +102,19 @@ _NO_CONTAINER = ContainerAllocation()  # what ``PodAllocation.entry`` answers fo
 class PodAllocation:
     containers: Mapping[str, ContainerAllocation] = field(default_factory=dict)  # in admission order
     pod_hint: Hint | None = None  # pod scope: the one hint every container of the pod gets
-    reusable_cpus: frozenset[int] = frozenset()  # held by finished init containers
+    reusable_cpus: frozenset[int] = _NO_CPUS  # held by finished init containers
     reusable_devices: Mapping[str, frozenset[str]] = field(default_factory=dict)
+
+    # Written out: a hook process reads one per pod of the checkpoint (see ContainerAllocation).
+    def __init__(self, containers: Mapping[str, ContainerAllocation] = MISSING,
+                 pod_hint: Hint | None = None, reusable_cpus: frozenset[int] = _NO_CPUS,
+                 reusable_devices: Mapping[str, frozenset[str]] = MISSING) -> None:
+        setattr_ = object.__setattr__
+        setattr_(self, "containers", {} if containers is MISSING else containers)
+        setattr_(self, "pod_hint", pod_hint)
+        setattr_(self, "reusable_cpus", reusable_cpus)
+        setattr_(self, "reusable_devices", {} if reusable_devices is MISSING else reusable_devices)
+        self.__post_init__()
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "containers", _frozen(self.containers))
@@ -218,8 +247,14 @@ class Allocations:
 
     @classmethod
     def from_dict(cls, data: Any) -> Allocations:
+        """``to_dict``'s output. Each pod is first offered to ``_PlainReader``, which reads a
+        pod written as ``to_dict`` writes it in one pass; any other comes to ``_pod_from_dict``,
+        which reads it field by field and words the error."""
         d = _obj(data, "allocations")
-        pods = {str(k): _pod_from_dict(v, f"pods.{k}") for k, v in _obj(d.get("pods", {}), "pods").items()}
+        read = _PlainReader()
+        # The plain reader's values are never false: `or` asks _pod_from_dict only for None.
+        pods = {str(k): read.pod(v) or _pod_from_dict(v, f"pods.{k}")
+                for k, v in _obj(d.get("pods", {}), "pods").items()}
         memory = None
         if d.get("memory") is not None:
             # Loaded here: without the Static memory policy there is no memory state to read.
@@ -311,3 +346,95 @@ def _cpus(v: Any, where: str) -> frozenset[int]:
         return parse_list(v)
     except ListFormatError as e:
         raise AllocationsError(f"{where}: {e}") from None
+
+
+# --- pods as to_dict writes them, in one pass ------------------------------------------------
+
+_HINT_FIELDS = itemgetter("affinity", "preferred")
+_ONLY_STR = frozenset({str})
+
+
+class _PlainReader:
+    """Reads a pod written as ``_pod_to_dict`` writes it, or answers None for anything it does
+    not read exactly as ``_pod_from_dict`` would (which then reads it, or words the error).
+    Within one snapshot each CPU list text is parsed once and each hint made once: the pods
+    of a node share a few of each. tests/unit/engine/test_plain_allocations.py holds the two
+    readers to each other."""
+
+    def __init__(self) -> None:
+        self._lists: dict[str, frozenset[int]] = {"": _NO_CPUS}
+        self._hints: dict[tuple[tuple[int, ...] | None, bool], Hint] = {}
+
+    def pod(self, raw: Any) -> PodAllocation | None:
+        if type(raw) is not dict:
+            return None
+        raw_containers, pod_hint = raw.get("containers", {}), raw.get("pod_hint")
+        if type(raw_containers) is not dict:
+            return None
+        containers = {}
+        for name, c in raw_containers.items():
+            container = self._container(c)
+            if container is None or type(name) is not str:
+                return None
+            containers[name] = container
+        hint = None if pod_hint is None else self._hint(pod_hint)
+        reusable_cpus = self._cpus(raw.get("reusable_cpus", ""))
+        reusable_devices = _plain_devices(raw.get("reusable_devices", {}))
+        if (hint is None and pod_hint is not None) or reusable_cpus is None \
+                or reusable_devices is None:
+            return None
+        return PodAllocation(containers, hint, reusable_cpus, reusable_devices)
+
+    def _container(self, raw: Any) -> ContainerAllocation | None:
+        if type(raw) is not dict:
+            return None
+        exclusive = self._cpus(raw.get("exclusive_cpus", ""))
+        admitted = self._cpus(raw.get("admitted_cpus", ""))
+        devices = _plain_devices(raw.get("devices", {}))
+        hint = self._hint(raw.get("hint"))
+        if exclusive is None or admitted is None or devices is None or hint is None \
+                or not admitted <= exclusive:
+            return None
+        return ContainerAllocation(exclusive, devices, hint, admitted)
+
+    def _cpus(self, text: Any) -> frozenset[int] | None:
+        if type(text) is not str:
+            return None
+        ids = self._lists.get(text)
+        if ids is None:
+            try:
+                ids = self._lists[text] = parse_list(text)
+            except ListFormatError:
+                return None
+        return ids
+
+    def _hint(self, raw: Any) -> Hint | None:
+        if type(raw) is not dict:
+            return None
+        try:
+            affinity, preferred = _HINT_FIELDS(raw)
+        except KeyError:
+            return None
+        if type(preferred) is not bool:
+            return None
+        if affinity is None:
+            key = None
+        elif type(affinity) is list and all(type(i) is int and 0 <= i <= MAX_ID
+                                            for i in affinity):
+            key = tuple(affinity)
+        else:
+            return None
+        hint = self._hints.get((key, preferred))
+        if hint is None:
+            hint = self._hints[(key, preferred)] = Hint(affinity, preferred)
+        return hint
+
+
+def _plain_devices(raw: Any) -> dict[str, list[str]] | None:
+    """Device ids by resource, as ``to_dict`` writes them (lists of strings)."""
+    if type(raw) is not dict:
+        return None
+    if raw and not (_ONLY_STR.issuperset(map(type, raw)) and all(
+            type(ids) is list and _ONLY_STR.issuperset(map(type, ids)) for ids in raw.values())):
+        return None
+    return raw

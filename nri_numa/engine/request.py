@@ -19,7 +19,7 @@ from enum import StrEnum
 from functools import cached_property
 from types import MappingProxyType
 
-from nri_numa.frozen import field, frozen
+from nri_numa.frozen import MISSING, field, frozen
 from nri_numa.safeio.bounds import quote
 from nri_numa.topology.cpulist import MAX_ID
 
@@ -77,6 +77,10 @@ def _frozen(mapping: Mapping) -> Mapping:
     return MappingProxyType(dict(mapping))
 
 
+_AMOUNTS = ("cpu_request", "cpu_limit", "memory_request", "memory_limit")
+_ONLY_INT = frozenset({int})
+
+
 def _check_amount(value: Any, what: str) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         raise RequestError(f"{what} must be a non-negative integer, not {quote(value)}")
@@ -100,29 +104,61 @@ class ContainerRequest:
     # The container's own numa.nri.io/isolated-cpus value, as written (the engine checks it)
     isolated_cpus: str | None = None
 
+    # Written out rather than left to @frozen: a hook process reads one per container of its
+    # checkpoint, and @frozen's generic __init__ (compiled only past 64 instances) is several
+    # times slower. The same parameters @frozen gives.
+    def __init__(self, name: str, kind: ContainerKind = ContainerKind.APP,
+                 cpu_request: int = 0, cpu_limit: int = 0, memory_request: int = 0,
+                 memory_limit: int = 0, hugepages_requests: Mapping[int, int] = MISSING,
+                 hugepages_limits: Mapping[int, int] = MISSING,
+                 devices: Mapping[str, int] = MISSING,
+                 device_numa_hints: Mapping[str, frozenset[int]] = MISSING,
+                 isolated_cpus: str | None = None) -> None:
+        setattr_ = object.__setattr__
+        setattr_(self, "name", name)
+        setattr_(self, "kind", kind)
+        setattr_(self, "cpu_request", cpu_request)
+        setattr_(self, "cpu_limit", cpu_limit)
+        setattr_(self, "memory_request", memory_request)
+        setattr_(self, "memory_limit", memory_limit)
+        setattr_(self, "hugepages_requests",
+                 {} if hugepages_requests is MISSING else hugepages_requests)
+        setattr_(self, "hugepages_limits", {} if hugepages_limits is MISSING else hugepages_limits)
+        setattr_(self, "devices", {} if devices is MISSING else devices)
+        setattr_(self, "device_numa_hints",
+                 {} if device_numa_hints is MISSING else device_numa_hints)
+        setattr_(self, "isolated_cpus", isolated_cpus)
+        self.__post_init__()
+
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name:
             raise RequestError(f"container name must be a non-empty string, not "
                                f"{quote(self.name)}")
-        try:
-            object.__setattr__(self, "kind", ContainerKind(self.kind))
-        except ValueError:
-            raise RequestError(f"container {self.name}: kind {quote(self.kind)} is not one of "
-                               f"{', '.join(ContainerKind)}") from None
+        if type(self.kind) is not ContainerKind:  # a member already: nothing to look up
+            try:
+                object.__setattr__(self, "kind", ContainerKind(self.kind))
+            except ValueError:
+                raise RequestError(f"container {self.name}: kind {quote(self.kind)} is not one "
+                                   f"of {', '.join(ContainerKind)}") from None
         where = f"container {self.name}"
-        for attr in ("cpu_request", "cpu_limit", "memory_request", "memory_limit"):
-            _check_amount(getattr(self, attr), f"{where}: {attr}")
+        amounts = (self.cpu_request, self.cpu_limit, self.memory_request, self.memory_limit)
+        # Plain non-negative ints pass _check_amount: only others need it to look (or word).
+        if not (_ONLY_INT.issuperset(map(type, amounts)) and min(amounts) >= 0):
+            for attr, amount in zip(_AMOUNTS, amounts):
+                _check_amount(amount, f"{where}: {attr}")
+        setattr_ = object.__setattr__
         for attr in ("hugepages_requests", "hugepages_limits", "devices"):
-            object.__setattr__(self, attr, _frozen(getattr(self, attr)))
-            for key, amount in getattr(self, attr).items():
+            mapping = _frozen(getattr(self, attr))
+            setattr_(self, attr, mapping)
+            for key, amount in mapping.items():
                 _check_amount(amount, f"{where}: {attr}[{quote(key)}]")
         for size in (*self.hugepages_requests, *self.hugepages_limits):
             if isinstance(size, bool) or not isinstance(size, int) or size <= 0:
                 raise RequestError(f"{where}: hugepage size {quote(size)} must be a positive KiB "
                                    "count")
-        object.__setattr__(self, "device_numa_hints", _frozen(
-            {res: frozenset(nodes) for res, nodes in self.device_numa_hints.items()}))
-        for res, nodes in self.device_numa_hints.items():
+        hints = _frozen({res: frozenset(nodes) for res, nodes in self.device_numa_hints.items()})
+        setattr_(self, "device_numa_hints", hints)
+        for res, nodes in hints.items():
             # Bounded: a hint's mask of node 4000000000 would take 500 MB (a damaged record).
             if any(isinstance(n, bool) or not isinstance(n, int) or not 0 <= n <= MAX_ID
                    for n in nodes):

@@ -58,6 +58,9 @@ FILE_NAME = "checkpoint.json"
 LOCK_NAME = "lock"
 BOOT_ID = "/proc/sys/kernel/random/boot_id"
 _TEMP_PREFIX = FILE_NAME + ".tmp-"
+# A file as save writes it: the header, then these around the payload's canonical JSON.
+_PAYLOAD_KEY = b',"payload":'
+_END = b"}\n"
 # Far past any real checkpoint (a few KiB per container), short of what would flood memory.
 MAX_BYTES = 64 << 20
 REBUILT = "the state will be rebuilt from the runtime"
@@ -195,7 +198,7 @@ class CheckpointStore:
                   "boot": self.boot_id, "sha256": sha256_hex(body)}
         # The payload is encoded once: handlers wait for this write, and re-encoding (or
         # indenting, which takes json's slow path) costs more than the rest of a decision.
-        data = canonical(header)[:-1] + b',"payload":' + body + b"}\n"
+        data = canonical(header)[:-1] + _PAYLOAD_KEY + body + _END
         # One temp name per process and thread, created afresh, instead of mkstemp's
         # random names and buffered file object: a third of a write on tmpfs, and the runtime
         # waits for it. Writers to one folder are one process at a time (the lock).
@@ -343,9 +346,25 @@ def read_envelope(raw: bytes, machine: str | None = None,
     payload = envelope.get("payload")
     if not isinstance(payload, dict):
         raise UntrustedCheckpoint("payload missing")
-    if sha256_hex(canonical(payload)) != envelope.get("sha256"):
+    if not _checksum_holds(raw, payload, envelope.get("sha256")):
         raise UntrustedCheckpoint("checksum mismatch")
     return envelope
+
+
+def _checksum_holds(raw: bytes, payload: dict[str, Any], checksum: Any) -> bool:
+    """Whether ``checksum`` is the sha256 of the payload's canonical JSON.
+
+    ``save`` writes the payload last, as the very bytes it hashed. Bytes between the first
+    ``,"payload":`` (a header's strings cannot hold its quotes) and the closing ``}`` that hash
+    to ``checksum`` are, short of a forged sha256, those bytes: the payload's canonical JSON,
+    which encoding the parsed payload again (a third of reading a hook's checkpoint) would only
+    give back. A file laid out any other way (indented by hand, keys in another order) is
+    judged on the payload encoded again, as before."""
+    start = raw.find(_PAYLOAD_KEY)
+    if start >= 0 and raw.endswith(_END) \
+            and sha256_hex(raw[start + len(_PAYLOAD_KEY):-len(_END)]) == checksum:
+        return True
+    return sha256_hex(canonical(payload)) == checksum
 
 
 def _short(value: Any) -> str:

@@ -5,10 +5,11 @@ ledger."""
 from __future__ import annotations
 
 from collections.abc import Mapping
+from operator import itemgetter
 from types import MappingProxyType
 
 from nri_numa.engine.request import ContainerRequest, RequestError
-from nri_numa.frozen import field, frozen
+from nri_numa.frozen import MISSING, field, frozen
 from nri_numa.topology.cpulist import ListFormatError, format_cached, parse_list
 
 TYPE_CHECKING = False  # as typing.TYPE_CHECKING: a hook process does not import typing
@@ -33,6 +34,20 @@ class PodRecord:
     name: str
     cgroup_parent: str = ""  # tells the QoS class under the kubelet
     annotations: Mapping[str, str] = field(default_factory=dict)
+
+    # Written out rather than left to @frozen, as for ContainerRecord below: a hook process
+    # reads one per pod of the checkpoint, and @frozen's generic __init__ (compiled only past
+    # 64 instances) is several times slower. The same parameters @frozen gives.
+    def __init__(self, sandbox_id: str, uid: str, namespace: str, name: str,
+                 cgroup_parent: str = "", annotations: Mapping[str, str] = MISSING) -> None:
+        setattr_ = object.__setattr__
+        setattr_(self, "sandbox_id", sandbox_id)
+        setattr_(self, "uid", uid)
+        setattr_(self, "namespace", namespace)
+        setattr_(self, "name", name)
+        setattr_(self, "cgroup_parent", cgroup_parent)
+        setattr_(self, "annotations", {} if annotations is MISSING else annotations)
+        self.__post_init__()
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "annotations", MappingProxyType(dict(self.annotations)))
@@ -68,6 +83,20 @@ class ContainerRecord:
     exclusive: bool
     mems: frozenset[int] | None = None
     in_ledger: bool = True
+
+    # Written out: a hook process reads one per container of the checkpoint (see PodRecord).
+    def __init__(self, id: str, sandbox_id: str, pod_uid: str, request: ContainerRequest,
+                 cpus: frozenset[int], exclusive: bool, mems: frozenset[int] | None = None,
+                 in_ledger: bool = True) -> None:
+        setattr_ = object.__setattr__
+        setattr_(self, "id", id)
+        setattr_(self, "sandbox_id", sandbox_id)
+        setattr_(self, "pod_uid", pod_uid)
+        setattr_(self, "request", request)
+        setattr_(self, "cpus", cpus)
+        setattr_(self, "exclusive", exclusive)
+        setattr_(self, "mems", mems)
+        setattr_(self, "in_ledger", in_ledger)
 
     @property
     def name(self) -> str:
@@ -122,11 +151,98 @@ def records_to_dict(pods: Mapping[str, PodRecord],
 
 
 def records_from_dict(raw: Any) -> tuple[dict[str, PodRecord], dict[str, ContainerRecord]]:
+    """The records of ``records_to_dict``. Each is first offered to ``_plain_pod`` or
+    ``_plain_container``, which read a record written as ``to_dict`` writes it in one pass;
+    any other comes to ``from_dict``, which reads it field by field and words the error."""
     d = _obj(raw, "records")
-    pods = [PodRecord.from_dict(p, f"pods[{i}]") for i, p in enumerate(_list(d, "pods"))]
-    containers = [ContainerRecord.from_dict(c, f"containers[{i}]")
+    # The plain readers' values are never false: `or` asks from_dict only for None.
+    pods = [_plain_pod(p) or PodRecord.from_dict(p, f"pods[{i}]")
+            for i, p in enumerate(_list(d, "pods"))]
+    lists: dict[str, frozenset[int]] = {}  # shared containers all hold the one pool's text
+    containers = [_plain_container(c, lists) or ContainerRecord.from_dict(c, f"containers[{i}]")
                   for i, c in enumerate(_list(d, "containers"))]
     return {p.sandbox_id: p for p in pods}, {c.id: c for c in containers}
+
+
+# --- records as to_dict writes them, in one pass ---------------------------------------------
+# Each answers None for anything it does not read exactly as from_dict would (a field left
+# out, another type, a value from_dict refuses): from_dict then reads it, or words the error.
+# tests/unit/state/test_plain_records.py holds the two readers to each other.
+
+_POD_FIELDS = itemgetter("sandbox_id", "uid", "namespace", "name", "cgroup_parent",
+                         "annotations")
+_CONTAINER_FIELDS = itemgetter("id", "sandbox_id", "pod_uid", "cpus", "exclusive", "mems",
+                               "in_ledger", "request")
+_REQUEST_FIELDS = itemgetter("name", "cpu_request", "cpu_limit", "memory_request",
+                             "memory_limit", "hugepages", "device_numa_hints")
+_ONLY_STR = frozenset({str})
+
+
+def _plain_pod(raw: Any) -> PodRecord | None:
+    if type(raw) is not dict:
+        return None
+    try:
+        values = _POD_FIELDS(raw)
+    except KeyError:
+        return None
+    annotations = values[5]
+    if (_ONLY_STR.issuperset(map(type, values[:5])) and type(annotations) is dict
+            and _ONLY_STR.issuperset(map(type, annotations))
+            and _ONLY_STR.issuperset(map(type, annotations.values()))):
+        return PodRecord(*values)
+    return None
+
+
+def _plain_container(raw: Any, lists: dict[str, frozenset[int]]) -> ContainerRecord | None:
+    if type(raw) is not dict:
+        return None
+    try:
+        cid, sandbox_id, pod_uid, cpus, exclusive, mems, in_ledger, r = _CONTAINER_FIELDS(raw)
+    except KeyError:
+        return None
+    if not (type(cid) is str and type(sandbox_id) is str and type(pod_uid) is str
+            and type(exclusive) is bool and type(in_ledger) is bool and type(r) is dict):
+        return None
+    cpu_ids = _plain_list(cpus, lists)
+    mem_ids = None if mems is None else _plain_list(mems, lists)
+    if cpu_ids is None or (mem_ids is None and mems is not None):
+        return None
+    request = _plain_request(r)
+    if request is None:
+        return None
+    return ContainerRecord(cid, sandbox_id, pod_uid, request, cpu_ids, exclusive, mem_ids,
+                           in_ledger)
+
+
+def _plain_request(r: dict) -> ContainerRequest | None:
+    try:
+        name, cpu_request, cpu_limit, memory_request, memory_limit, pages, hints = \
+            _REQUEST_FIELDS(r)
+    except KeyError:
+        return None
+    if type(pages) is not dict or type(hints) is not dict:
+        return None
+    try:  # what ContainerRequest and the page sizes refuse, from_dict words
+        sizes = {int(k): v for k, v in pages.items()} if pages else {}
+        return ContainerRequest(name, cpu_request=cpu_request, cpu_limit=cpu_limit,
+                                memory_request=memory_request, memory_limit=memory_limit,
+                                hugepages_requests=sizes, hugepages_limits=sizes,
+                                device_numa_hints=hints, isolated_cpus=r.get("isolated_cpus"))
+    except (ValueError, TypeError):
+        return None
+
+
+def _plain_list(v: Any, lists: dict[str, frozenset[int]]) -> frozenset[int] | None:
+    """A CPU list's ids, each text parsed once per read."""
+    if type(v) is not str:
+        return None
+    ids = lists.get(v)
+    if ids is None:
+        try:
+            ids = lists[v] = parse_list(v)
+        except ValueError:
+            return None
+    return ids
 
 
 def _obj(value: Any, where: str) -> dict:
