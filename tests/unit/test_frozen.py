@@ -302,10 +302,12 @@ def test_defining_a_class_does_not_load_dataclasses():
     assert done.stdout.strip() == "False"
 
 
-def test_a_class_gets_its_compiled_init_after_64_instances_and_keeps_behaving_alike():
+def test_a_class_gets_its_compiled_init_after_enough_instances_and_keeps_behaving_alike():
     Point, _ = both(_point)
     generic = Point.__init__
-    made = [Point(i, tags=("t",)) for i in range(frozen_module._COMPILE_AFTER)]
+    made = [Point(i, tags=("t",)) for i in range(frozen_module._COMPILE_AFTER - 1)]
+    assert Point.__init__ is generic
+    made.append(Point(len(made), tags=("t",)))
     assert Point.__init__ is not generic
     again = [Point(i, tags=("t",)) for i in range(frozen_module._COMPILE_AFTER)]
     assert made == again and [p.cached for p in again] == [i * 10 for i in range(len(again))]
@@ -322,3 +324,227 @@ def test_a_subclass_calling_the_base_init_leaves_the_base_as_it_is():
             super().__init__(a * 2)
 
     assert Plain(2).a == 4 and Base(2).a == 2
+
+
+# Classes whose fields are all plain (no field(), nothing inherited) take a shorter path at
+# definition, those whose fields are all parameters without a factory a shorter generic
+# __init__: each shape below, side by side with the dataclass, in both phases of __init__.
+
+
+def _plain(decorate, field):
+    @decorate
+    class Plain:
+        a: int
+        b: str
+        c: tuple[int, ...] = ()
+        d: frozenset[int] = frozenset()
+
+    return Plain
+
+
+def _plain_with_post_init(decorate, field):
+    @decorate
+    class PlainChecked:
+        a: int
+        b: tuple[int, ...] = ()
+
+        def __post_init__(self) -> None:
+            object.__setattr__(self, "b", tuple(sorted(self.b)))
+
+    return PlainChecked
+
+
+def _params_with_options(decorate, field):
+    @decorate
+    class Options:  # every field a parameter without a factory, but not plain: options
+        a: int
+        b: str = field(default="x", repr=False)
+        c: int = field(default=0, compare=False)
+        d: int = field(default=1, hash=False)
+
+    return Options
+
+
+def _no_parameter_field(decorate, field):
+    @decorate
+    class Derived:
+        a: int
+        b: int = field(init=False, default=4)
+        c: list = field(init=False, default_factory=list, compare=False)
+
+    return Derived
+
+
+SHAPES = {
+    "plain": (_plain, [((1, "s"), {}), ((1, "s", (2,), frozenset({3})), {}),
+                       ((), {"b": "t", "a": 2, "d": frozenset()})]),
+    "plain, __post_init__": (_plain_with_post_init, [((1,), {}), ((1, (3, 1, 2)), {})]),
+    "parameters with options": (_params_with_options,
+                                [((1,), {}), ((1, "y", 5, 6), {}), ((), {"a": 1, "c": 2})]),
+    "init=False fields": (_no_parameter_field, [((1,), {}), ((), {"a": 2})]),
+}
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+def test_every_shape_of_fields_makes_the_values_the_dataclass_makes(shape, phase):
+    ours, theirs = both(SHAPES[shape][0], phase)
+    for args, kwargs in SHAPES[shape][1]:
+        a, b = ours(*args, **kwargs), theirs(*args, **kwargs)
+        assert repr(a).rpartition(".")[2] == repr(b).rpartition(".")[2]
+        assert dataclasses.astuple(a) == dataclasses.astuple(b)
+        again = ours(*args, **kwargs)
+        assert a == again and hash(a) == hash(again) == hash(b)
+        assert frozen_module.replace(a) == a
+    assert ours.__match_args__ == theirs.__match_args__
+    assert [(f.name, f.init, f.repr, f.compare, f.hash) for f in frozen_module.fields(ours)] == \
+        [(f.name, f.init, f.repr, f.compare, f.hash) for f in dataclasses.fields(theirs)]
+    assert _parameters(ours) == _parameters(theirs)
+
+
+def _parameters(cls):
+    """__init__'s parameters: names, kinds and defaults (@frozen keeps no annotations there)."""
+    import inspect
+
+    return [(p.name, p.kind, p.default) for p in inspect.signature(cls).parameters.values()]
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+def test_every_shape_refuses_wrong_arguments_as_the_dataclass_does(shape, phase):
+    ours, theirs = both(SHAPES[shape][0], phase)
+    for args, kwargs in [((), {}), ((1, 2, 3, 4, 5), {}), ((1,), {"nope": 1})]:
+        with pytest.raises(TypeError) as mine:
+            ours(*args, **kwargs)
+        with pytest.raises(TypeError) as dataclass_one:
+            theirs(*args, **kwargs)
+        assert str(mine.value).rpartition("__init__()")[2] == \
+            str(dataclass_one.value).rpartition("__init__()")[2]
+
+
+def test_only_classes_whose_fields_are_all_parameters_without_a_factory_take_the_short_fill():
+    short = frozen_module._fill_params
+    assert _plain(frozen, field).__init__.__globals__["__frozen_fill__"] is short
+    assert _plain_with_post_init(frozen, field).__init__.__globals__["__frozen_fill__"] is short
+    assert _params_with_options(frozen, field).__init__.__globals__["__frozen_fill__"] is short
+    assert _point(frozen, field).__init__.__globals__["__frozen_fill__"] is frozen_module._fill
+    assert _no_parameter_field(frozen, field).__init__.__globals__["__frozen_fill__"] is (
+        frozen_module._fill)
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+def test_every_shape_gets_its_compiled_init_after_enough_instances(shape):
+    make, calls = SHAPES[shape]
+    ours, theirs = both(make)
+    generic = ours.__init__
+    before = [ours(*args, **kwargs) for args, kwargs in calls]
+    for _ in range(frozen_module._COMPILE_AFTER - len(calls)):
+        ours(*calls[0][0], **calls[0][1])
+    assert ours.__init__ is not generic
+    after = [ours(*args, **kwargs) for args, kwargs in calls]
+    assert after == before
+    assert [repr(v).rpartition(".")[2] for v in after] == [
+        repr(theirs(*args, **kwargs)).rpartition(".")[2] for args, kwargs in calls]
+
+
+def test_a_subclass_of_a_plain_class_keeps_its_own_fields_options():
+    Plain = _plain(frozen, field)
+
+    @frozen
+    class Child(Plain):
+        e: int = field(default=5, repr=False, compare=False)
+        f: int = 6
+
+    assert repr(Child(1, "s")).endswith("Child(a=1, b='s', c=(), d=frozenset(), f=6)")
+    assert Child(1, "s", e=7) == Child(1, "s") and hash(Child(1, "s", e=7)) == hash(Child(1, "s"))
+    assert Child(1, "s", f=7) != Child(1, "s")
+    assert Child.__match_args__ == ("a", "b", "c", "d", "e", "f")
+
+
+def test_a_field_without_default_after_one_with_a_default_is_refused_in_every_shape():
+    with pytest.raises(TypeError, match="non-default argument 'b' follows default argument 'a'"):
+        @frozen
+        class WithOption:
+            a: int = field(default=0, repr=False)
+            b: int
+
+    with pytest.raises(TypeError, match="non-default argument 'b' follows default argument 'a'"):
+        @frozen
+        class AfterFactory:
+            a: list = field(default_factory=list)
+            b: int
+
+    @frozen
+    class Parent:
+        a: int = 0
+
+    with pytest.raises(TypeError, match="non-default argument 'b' follows default argument 'a'"):
+        @frozen
+        class Child(Parent):
+            b: int
+
+    @frozen
+    class Fine:  # an init=False field between them is no parameter
+        a: int
+        b: int = field(init=False, default=0)
+        c: int
+
+    assert Fine(1, 2).c == 2 and Fine(1, 2).b == 0
+
+
+def test_class_variables_init_vars_and_kw_only_are_found_however_annotated():
+    import typing
+
+    from typing import ClassVar
+
+    namespace = {"__annotations__": {"limit": ClassVar[int], "also": typing.ClassVar,
+                                     "text": "typing.ClassVar[str]", "a": int,
+                                     "my_var": "MyVar", "TypeVar": "TypeVar"}}
+    Mixed = frozen(type("Mixed", (), {**namespace, "limit": 3, "also": 1, "text": "t"}))
+    assert [f.name for f in frozen_module.fields(Mixed)] == ["a", "my_var", "TypeVar"]
+    assert Mixed.limit == 3 and Mixed(1, 2, 3).my_var == 2
+    for annotation in (dataclasses.InitVar[int], "InitVar[int]", "dataclasses.InitVar"):
+        with pytest.raises(TypeError, match="has no InitVar fields"):
+            frozen(type("WithInitVar", (), {"__annotations__": {"a": annotation}}))
+    for annotation in ("KW_ONLY", "dataclasses.KW_ONLY"):
+        with pytest.raises(TypeError, match="has no KW_ONLY fields"):
+            frozen(type("WithKwOnly", (), {"__annotations__": {"_": annotation}}))
+
+
+@frozen(slots=True)
+class SlottedPlain:
+    a: int
+    b: str = ""
+
+
+def test_a_plain_class_with_slots_copies_and_pickles():
+    s = SlottedPlain(1, "x")
+    assert not hasattr(s, "__dict__") and SlottedPlain.__slots__ == ("a", "b")
+    for again in (copy.copy(s), copy.deepcopy(s), pickle.loads(pickle.dumps(s))):
+        assert again == s and type(again) is SlottedPlain
+    for _ in range(frozen_module._COMPILE_AFTER):
+        assert SlottedPlain(2).b == ""
+
+
+def test_compiling_an_init_with_factories_warns_nothing_and_loads_no_warnings_module():
+    import subprocess
+    import sys
+
+    code = (f"import sys\nsys.path.insert(0, {str(_repository_root())!r})\n"
+            "from nri_numa.frozen import field, frozen, _compile_init\n"
+            "@frozen\nclass A:\n    x: int\n    y: list = field(default_factory=list)\n"
+            "    z: dict = field(init=False, default_factory=dict)\n"
+            "A.__init__ = _compile_init(A)\n"
+            "a, b = A(1), A(1, [2])\n"
+            "assert a.y == [] and a.y is not A(1).y and b.y == [2] and a.z == {}\n"
+            "print('warnings' in sys.modules)\n")
+    done = subprocess.run([sys.executable, "-I", "-S", "-c", code], capture_output=True,
+                          text=True, check=True)
+    assert (done.stdout.strip(), done.stderr) == ("False", "")
+    strict = subprocess.run([sys.executable, "-I", "-W", "error::SyntaxWarning", "-c", code],
+                            capture_output=True, text=True)
+    assert strict.returncode == 0, strict.stderr
+
+
+def _repository_root():
+    from pathlib import Path
+
+    return Path(frozen_module.__file__).resolve().parents[1]
