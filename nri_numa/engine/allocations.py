@@ -60,7 +60,7 @@ class ContainerAllocation:
     admitted_cpus: frozenset[int] = _NO_CPUS
 
     # Written out rather than left to @frozen: a hook process reads one per container of the
-    # checkpoint, and @frozen's generic __init__ (compiled only past 64 instances) is several
+    # checkpoint, and @frozen's generic __init__ (compiled only past 256 instances) is several
     # times slower. The same parameters @frozen gives.
     def __init__(self, exclusive_cpus: frozenset[int] = _NO_CPUS,
                  devices: Mapping[str, tuple[str, ...]] = MISSING, hint: Hint = _NO_HINT,

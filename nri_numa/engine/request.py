@@ -105,7 +105,7 @@ class ContainerRequest:
     isolated_cpus: str | None = None
 
     # Written out rather than left to @frozen: a hook process reads one per container of its
-    # checkpoint, and @frozen's generic __init__ (compiled only past 64 instances) is several
+    # checkpoint, and @frozen's generic __init__ (compiled only past 256 instances) is several
     # times slower. The same parameters @frozen gives.
     def __init__(self, name: str, kind: ContainerKind = ContainerKind.APP,
                  cpu_request: int = 0, cpu_limit: int = 0, memory_request: int = 0,

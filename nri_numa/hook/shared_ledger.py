@@ -62,7 +62,7 @@ class ProcessRecord:
     since: float  # when the entry was made (seconds since the epoch)
 
     # Written out rather than left to @frozen: a hook process reads one per container of the
-    # checkpoint, and @frozen's generic __init__ (compiled only past 64 instances) is several
+    # checkpoint, and @frozen's generic __init__ (compiled only past 256 instances) is several
     # times slower. The same parameters @frozen gives.
     def __init__(self, pid: int | None, start: int | None, cgroup: str | None,
                  since: float) -> None:

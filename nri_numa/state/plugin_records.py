@@ -37,7 +37,7 @@ class PodRecord:
 
     # Written out rather than left to @frozen, as for ContainerRecord below: a hook process
     # reads one per pod of the checkpoint, and @frozen's generic __init__ (compiled only past
-    # 64 instances) is several times slower. The same parameters @frozen gives.
+    # 256 instances) is several times slower. The same parameters @frozen gives.
     def __init__(self, sandbox_id: str, uid: str, namespace: str, name: str,
                  cgroup_parent: str = "", annotations: Mapping[str, str] = MISSING) -> None:
         setattr_ = object.__setattr__

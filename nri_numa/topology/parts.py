@@ -36,8 +36,8 @@ class Cpu:
     l3: int | None = None
 
     # Written out rather than left to @frozen: a hook process makes one Cpu per CPU of the
-    # machine (224 on a DGX H100), and @frozen would compile an __init__ for the class on the
-    # 64th, costing more than it saves in one run. The same parameters @frozen gives.
+    # machine (224 on a DGX H100), each through @frozen's generic __init__ (a compiled one only
+    # past 256 instances), several times slower. The same parameters @frozen gives.
     def __init__(self, id: int, numa: int | None, online: bool = True, core: int | None = None,
                  socket: int | None = None, die: int | None = None,
                  l3: int | None = None) -> None:

@@ -44,7 +44,7 @@ class CPUInfo:
     uncore: int  # the socket id where the machine reports no uncore cache
 
     # Written out rather than left to @frozen, as Cpu's (nri_numa.topology.parts): one per
-    # online CPU in every hook process, where compiling one on the 64th costs more than it saves.
+    # online CPU in every hook process.
     def __init__(self, cpu: int, core: int, socket: int, numa: int, uncore: int) -> None:
         setattr_ = object.__setattr__
         setattr_(self, "cpu", cpu)
