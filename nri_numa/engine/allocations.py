@@ -17,7 +17,8 @@ from types import MappingProxyType
 from nri_numa.engine.cpu.topology import checked_mask
 from nri_numa.engine.hints import Hint
 from nri_numa.frozen import MISSING, field, frozen
-from nri_numa.topology.cpulist import MAX_ID, ListFormatError, format_list, parse_list
+from nri_numa.topology.cpulist import (MAX_ID, ListFormatError, format_list, parse_list,
+                                      parse_list_once)
 
 TYPE_CHECKING = False  # as typing.TYPE_CHECKING: a hook process does not import typing
 if TYPE_CHECKING:
@@ -398,15 +399,7 @@ class _PlainReader:
         return ContainerAllocation(exclusive, devices, hint, admitted)
 
     def _cpus(self, text: Any) -> frozenset[int] | None:
-        if type(text) is not str:
-            return None
-        ids = self._lists.get(text)
-        if ids is None:
-            try:
-                ids = self._lists[text] = parse_list(text)
-            except ListFormatError:
-                return None
-        return ids
+        return parse_list_once(text, self._lists)
 
     def _hint(self, raw: Any) -> Hint | None:
         if type(raw) is not dict:

@@ -10,7 +10,7 @@ from types import MappingProxyType
 
 from nri_numa.engine.request import ContainerRequest, RequestError
 from nri_numa.frozen import MISSING, field, frozen
-from nri_numa.topology.cpulist import ListFormatError, format_cached, parse_list
+from nri_numa.topology.cpulist import ListFormatError, format_cached, parse_list, parse_list_once
 
 TYPE_CHECKING = False  # as typing.TYPE_CHECKING: a hook process does not import typing
 if TYPE_CHECKING:
@@ -203,8 +203,8 @@ def _plain_container(raw: Any, lists: dict[str, frozenset[int]]) -> ContainerRec
     if not (type(cid) is str and type(sandbox_id) is str and type(pod_uid) is str
             and type(exclusive) is bool and type(in_ledger) is bool and type(r) is dict):
         return None
-    cpu_ids = _plain_list(cpus, lists)
-    mem_ids = None if mems is None else _plain_list(mems, lists)
+    cpu_ids = parse_list_once(cpus, lists)
+    mem_ids = None if mems is None else parse_list_once(mems, lists)
     if cpu_ids is None or (mem_ids is None and mems is not None):
         return None
     request = _plain_request(r)
@@ -231,18 +231,6 @@ def _plain_request(r: dict) -> ContainerRequest | None:
     except (ValueError, TypeError):
         return None
 
-
-def _plain_list(v: Any, lists: dict[str, frozenset[int]]) -> frozenset[int] | None:
-    """A CPU list's ids, each text parsed once per read."""
-    if type(v) is not str:
-        return None
-    ids = lists.get(v)
-    if ids is None:
-        try:
-            ids = lists[v] = parse_list(v)
-        except ValueError:
-            return None
-    return ids
 
 
 def _obj(value: Any, where: str) -> dict:

@@ -16,7 +16,7 @@ from types import MappingProxyType
 from nri_numa.frozen import frozen
 from nri_numa.safeio.bounds import MAX_DIGITS, clip, quote
 from nri_numa.safeio.documents import DocumentError, NotParsedError, load_json
-from nri_numa.topology.cpulist import MAX_ID, format_list, parse_list
+from nri_numa.topology.cpulist import MAX_ID, format_list, parse_list, parse_list_once
 from nri_numa.topology.parts import PCIE_LEVELS, Cpu, Gpu, HugePages, Nic, NumaNode, PciDevice
 
 TYPE_CHECKING = False  # as typing.TYPE_CHECKING: a hook process does not import typing
@@ -381,7 +381,7 @@ def _plain_pci(raw: Any, lists: dict[str, frozenset[int]]) -> PciDevice | None:
         return None
     class_code, vendor = _plain_number(raw.get("class")), _plain_number(raw.get("vendor"))
     device = _plain_number(raw.get("device"))
-    local_cpus = _plain_list(raw.get("local_cpus", ""), lists)
+    local_cpus = parse_list_once(raw.get("local_cpus", ""), lists)
     if class_code is None or vendor is None or device is None or local_cpus is None:
         return None
     return PciDevice(address, numa_node, class_code, vendor, device, local_cpus,
@@ -407,15 +407,3 @@ def _plain_number(v: Any) -> int | None:
             return None
     return None
 
-
-def _plain_list(v: Any, lists: dict[str, frozenset[int]]) -> frozenset[int] | None:
-    """A CPU list string, each text parsed once per topology."""
-    if type(v) is not str:
-        return None
-    ids = lists.get(v)
-    if ids is None:
-        try:
-            ids = lists[v] = parse_list(v)
-        except ValueError:
-            return None
-    return ids
