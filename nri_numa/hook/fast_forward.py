@@ -44,7 +44,7 @@ _START_TIME_FIELD = 22  # /proc/PID/stat, 1-based; clock ticks after boot
 _FOLDER_FLAGS = posix.O_RDONLY | posix.O_DIRECTORY | posix.O_NOFOLLOW | posix.O_CLOEXEC
 _LOG_FLAGS = (posix.O_WRONLY | posix.O_APPEND | posix.O_CREAT | posix.O_NOFOLLOW
               | posix.O_CLOEXEC | posix.O_NONBLOCK)
-_S_IFMT, _S_IFREG = 0o170000, 0o100000
+_S_IFMT, _S_IFREG, _S_IFDIR = 0o170000, 0o100000, 0o040000
 
 
 class ProtocolError(Exception):
@@ -402,26 +402,34 @@ def defer_path_extras():
 
 
 def site_folders():
-    """The site-packages folders ``site`` would put on sys.path, named by ``site`` imported
-    under ``-S`` (which starts nothing). In a venv (a pyvenv.cfg beside the interpreter or one
-    folder up, as ``site`` looks), the venv's, and the base installation's too where the venv
-    includes them: under ``-S`` sys.prefix is the base installation's, so ``site`` alone would
-    name only those."""
+    """The site-packages folders ``site`` would put on sys.path (those that exist), named by
+    ``site`` imported under ``-S`` (which starts nothing). In a venv (a pyvenv.cfg beside the
+    interpreter or one folder up, as ``site`` looks), the venv's, and the base installation's
+    too where the venv includes them. Under ``-S`` nothing made sys.prefix the venv's, which
+    ``site`` does first (and Debian's ``site`` names a venv's site-packages only then): so does
+    this."""
     import site
 
     bin_folder = sys.executable.rpartition("/")[0]
     venv = bin_folder.rpartition("/")[0]
+    prefixes = None
     for folder in (bin_folder, venv):
         try:
             with open(join(folder, "pyvenv.cfg"), encoding="utf-8") as f:
                 settings = f.read()
         except (OSError, UnicodeDecodeError):
             continue
-        prefixes = [venv]
-        if _includes_system_packages(settings):
-            prefixes.append(sys.base_prefix)
-        return site.getsitepackages(prefixes)
-    return site.getsitepackages()
+        sys.prefix = sys.exec_prefix = venv
+        prefixes = [venv, sys.base_prefix] if _includes_system_packages(settings) else [venv]
+        break
+    return [p for p in site.getsitepackages(prefixes) if _is_folder(p)]
+
+
+def _is_folder(path):
+    try:
+        return posix.stat(path).st_mode & _S_IFMT == _S_IFDIR
+    except OSError:
+        return False
 
 
 def _includes_system_packages(settings):
