@@ -1,7 +1,7 @@
 """The hook log (``<state-dir>/hook.log`` or ``--log-file``), written without ``logging``.
 
-One line per event, ``<local time>,<ms> <LEVEL> hook[<pid>] <message>``, the format the agent's
-text log uses: a newline, a control character or a lone surrogate in a logged value (a container
+One line per event, ``<local time>,<ms> <LEVEL> hook[<pid>] <message>``, escaped as the agent's
+text log is: a newline, a control character or a lone surrogate in a logged value (a container
 name, an id off a hook's stdin) is written as its escape, so that it can neither start a forged
 line nor fail the write; a traceback after the line keeps its lines. The file is opened as the
 state is (nri_numa.safeio.log_files) and moves to ``hook.log.1`` past LOG_KEEP_BYTES.
