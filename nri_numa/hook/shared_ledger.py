@@ -16,7 +16,6 @@ for the createRuntime hook to claim it, and is dropped after ``PENDING_GRACE_S``
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
-from operator import itemgetter
 
 from nri_numa.deferred_log import get_logger
 from nri_numa.engine.context import EngineContext
@@ -61,17 +60,6 @@ class ProcessRecord:
     cgroup: str | None  # the cpuset cgroup path, as /proc/PID/cgroup gave it
     since: float  # when the entry was made (seconds since the epoch)
 
-    # Written out rather than left to @frozen: a hook process reads one per container of the
-    # checkpoint, and @frozen's generic __init__ (compiled only past 256 instances) is several
-    # times slower. The same parameters @frozen gives.
-    def __init__(self, pid: int | None, start: int | None, cgroup: str | None,
-                 since: float) -> None:
-        setattr_ = object.__setattr__
-        setattr_(self, "pid", pid)
-        setattr_(self, "start", start)
-        setattr_(self, "cgroup", cgroup)
-        setattr_(self, "since", since)
-
     @property
     def pending(self) -> bool:
         return self.pid is None
@@ -81,12 +69,6 @@ class ProcessRecord:
 
     @classmethod
     def from_dict(cls, raw: Any, where: str) -> ProcessRecord:
-        """A record as ``to_dict`` writes it, read in one pass, or else field by field."""
-        return _plain_process(raw) or cls._checked(raw, where)
-
-    @classmethod
-    def _checked(cls, raw: Any, where: str) -> ProcessRecord:
-        """Any record ``from_dict`` accepts, field by field; RecordError words what is wrong."""
         if not isinstance(raw, dict):
             raise RecordError(f"{where} must be an object")
         pid, start, cgroup, since = (raw.get(k) for k in ("pid", "start", "cgroup", "since"))
@@ -100,26 +82,6 @@ class ProcessRecord:
         if isinstance(since, bool) or not isinstance(since, (int, float)):
             raise RecordError(f"{where}.since must be a number, not {since!r}")
         return cls(pid, start, cgroup, float(since))
-
-
-_PROCESS_FIELDS = itemgetter("pid", "start", "cgroup", "since")
-_CGROUP_TYPES = frozenset({str, type(None)})
-_SINCE_TYPES = frozenset({float, int})
-
-
-def _plain_process(raw: Any) -> ProcessRecord | None:
-    """None for anything but a record as ``to_dict`` writes it (``_checked`` reads the rest
-    or words the error); tests/unit/hook/test_shared_ledger.py holds the two to each other."""
-    if type(raw) is not dict:
-        return None
-    try:
-        pid, start, cgroup, since = _PROCESS_FIELDS(raw)
-    except KeyError:
-        return None
-    if ((pid is None and start is None) or (type(pid) is int and type(start) is int)) \
-            and type(cgroup) in _CGROUP_TYPES and type(since) in _SINCE_TYPES:
-        return ProcessRecord(pid, start, cgroup, float(since))
-    return None
 
 
 @frozen

@@ -15,7 +15,6 @@ from nri_numa.runtime import DeviceLocator
 from nri_numa.runtime.oci_spec import runtime_container
 from nri_numa.state.plugin_records import RecordError
 from nri_numa.topology.synthetic import preset_topology
-from tests.unit.written_out_init import check_written_out_init
 
 MIB = 1 << 20
 CONFIG = {"cpuManagerPolicy": "static", "reservedSystemCPUs": "0,48",
@@ -199,42 +198,6 @@ def test_pod_overrides_reach_the_engine_and_hook_annotations_do_not(ctx):
 def test_bad_process_entries_are_named(raw, named):
     with pytest.raises(RecordError, match=named):
         ProcessRecord.from_dict(raw, "processes['x']")
-
-
-_GONE = object()  # the key is removed
-_PROCESS_VALUES = {"pid": [7, 0, None, True, 1.0, "7", 2 ** 70, _GONE],
-                   "start": [70, None, False, 7.0, "70", _GONE],
-                   "cgroup": ["/t/7", "", None, 5, ["/t"], _GONE],
-                   "since": [1000.0, 12, 0, -1.5, float("inf"), True, "now", None, _GONE]}
-
-
-def _process_outcome(read, raw: object) -> tuple[str, object]:
-    try:
-        record = read(raw, "processes['x']")
-    except RecordError as e:
-        return "error", str(e)
-    return "value", (record, [type(v) for v in (record.pid, record.start, record.since)])
-
-
-@pytest.mark.parametrize("key, value",
-                         [(k, v) for k, vs in _PROCESS_VALUES.items() for v in vs])
-@pytest.mark.parametrize("pending", [False, True])
-def test_a_process_entry_reads_in_one_pass_as_field_by_field(pending, key, value):
-    """from_dict takes an entry as to_dict writes it in one pass; whatever else comes, it reads
-    as the field-by-field reader alone does (a value, or the same error)."""
-    raw = (ProcessRecord(None, None, None, 5.0) if pending else live(7)).to_dict()
-    if value is _GONE:
-        del raw[key]
-    else:
-        raw[key] = value
-    assert _process_outcome(ProcessRecord.from_dict, raw) == \
-        _process_outcome(ProcessRecord._checked, raw)
-
-
-def test_process_record_writes_the_init_frozen_would():
-    check_written_out_init(ProcessRecord, [((1, 2, "/t", 3.0), {}), ((None, None, None, 0.5), {}),
-                                           ((), {"pid": 1, "start": 2, "cgroup": None,
-                                                 "since": 4.0})])
 
 
 def test_the_schedulers_numa_nodes_are_honoured_and_a_bad_value_is_a_warning(ctx, caplog):
