@@ -81,6 +81,8 @@ class DeferredLogger:
                 exc_info = kwargs.get("exc_info")
                 if exc_info is True:
                     exc_info = sys.exc_info()
+                elif isinstance(exc_info, BaseException):  # logging takes the exception too
+                    exc_info = (type(exc_info), exc_info, exc_info.__traceback__)
                 for sink in tuple(_routes):
                     sink.write(level, text, exc_info)
             return
