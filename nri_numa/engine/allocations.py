@@ -379,7 +379,7 @@ class _PlainReader:
                 return None
             containers[name] = container
         hint = None if pod_hint is None else self._hint(pod_hint)
-        reusable_cpus = self._cpus(raw.get("reusable_cpus", ""))
+        reusable_cpus = parse_list_once(raw.get("reusable_cpus", ""), self._lists)
         reusable_devices = _plain_devices(raw.get("reusable_devices", {}))
         if (hint is None and pod_hint is not None) or reusable_cpus is None \
                 or reusable_devices is None:
@@ -389,17 +389,14 @@ class _PlainReader:
     def _container(self, raw: Any) -> ContainerAllocation | None:
         if type(raw) is not dict:
             return None
-        exclusive = self._cpus(raw.get("exclusive_cpus", ""))
-        admitted = self._cpus(raw.get("admitted_cpus", ""))
+        exclusive = parse_list_once(raw.get("exclusive_cpus", ""), self._lists)
+        admitted = parse_list_once(raw.get("admitted_cpus", ""), self._lists)
         devices = _plain_devices(raw.get("devices", {}))
         hint = self._hint(raw.get("hint"))
         if exclusive is None or admitted is None or devices is None or hint is None \
                 or not admitted <= exclusive:
             return None
         return ContainerAllocation(exclusive, devices, hint, admitted)
-
-    def _cpus(self, text: Any) -> frozenset[int] | None:
-        return parse_list_once(text, self._lists)
 
     def _hint(self, raw: Any) -> Hint | None:
         if type(raw) is not dict:

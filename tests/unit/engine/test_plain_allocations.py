@@ -16,8 +16,8 @@ from nri_numa.engine.hints import Hint
 from nri_numa.engine.request import ContainerKind, ContainerRequest, RequestError
 from nri_numa.topology.cpulist import MAX_ID
 from tests.unit.written_out_init import check_written_out_init
+from tests.unit.odd_fields import GONE, change
 
-GONE = object()  # the key is removed
 CPU_LISTS = ["0-3,8", "", " 4 ", "0-a", "70000", [1, 2], None, 3, GONE]
 DEVICES = [{}, {"gpu": []}, {"gpu": ["a", "b"]}, {"gpu": [1]}, {"gpu": "a"}, {5: ["a"]}, [],
            None, GONE]
@@ -68,17 +68,11 @@ def _checked_only(monkeypatch: pytest.MonkeyPatch, data: object) -> tuple[str, o
         return _outcome(data)
 
 
-def _changed(record: dict, key: str, value: object) -> None:
-    if value is GONE:
-        record.pop(key, None)
-    else:
-        record[key] = value
-
 
 @pytest.mark.parametrize("key, value", [(k, v) for k, vs in POD_FIELDS.items() for v in vs])
 def test_a_pod_field_reads_as_the_checked_reader_reads_it(monkeypatch, key, value):
     data = _snapshot()
-    _changed(data["pods"]["p1"], key, value)
+    change(data["pods"]["p1"], key, value)
     assert _outcome(data) == _checked_only(monkeypatch, data)
 
 
@@ -87,7 +81,7 @@ def test_a_pod_field_reads_as_the_checked_reader_reads_it(monkeypatch, key, valu
 @pytest.mark.parametrize("name", ["a", "b"])
 def test_a_container_field_reads_as_the_checked_reader_reads_it(monkeypatch, name, key, value):
     data = _snapshot()
-    _changed(data["pods"]["p1"]["containers"][name], key, value)
+    change(data["pods"]["p1"]["containers"][name], key, value)
     assert _outcome(data) == _checked_only(monkeypatch, data)
 
 
@@ -96,7 +90,7 @@ def test_a_container_field_reads_as_the_checked_reader_reads_it(monkeypatch, nam
 def test_a_hint_field_reads_as_the_checked_reader_reads_it(monkeypatch, where, key, value):
     data = _snapshot()
     pod = data["pods"]["p1"]
-    _changed(pod["containers"]["a"]["hint"] if where == "container" else pod["pod_hint"], key,
+    change(pod["containers"]["a"]["hint"] if where == "container" else pod["pod_hint"], key,
              value)
     assert _outcome(data) == _checked_only(monkeypatch, data)
 

@@ -14,8 +14,8 @@ from nri_numa.state import plugin_records
 from nri_numa.state.plugin_records import (ContainerRecord, PodRecord, records_from_dict,
                                            records_to_dict)
 from tests.unit.written_out_init import check_written_out_init
+from tests.unit.odd_fields import GONE, change
 
-GONE = object()  # the key is removed
 STRINGS = ["a", "", None, 3, True, ["a"], {}, GONE]
 NAMES = ["app", "", None, 3, GONE]
 AMOUNTS = [0, 1000, 3000, -1, True, 1.5, "1000", None, 2 ** 70, GONE]
@@ -74,17 +74,11 @@ def _checked_only(monkeypatch: pytest.MonkeyPatch, data: object) -> tuple[str, o
         return _outcome(data)
 
 
-def _changed(record: dict, key: str, value: object) -> None:
-    if value is GONE:
-        record.pop(key, None)
-    else:
-        record[key] = value
-
 
 @pytest.mark.parametrize("key, value", [(k, v) for k, vs in POD_FIELDS.items() for v in vs])
 def test_a_pod_field_reads_as_the_checked_reader_reads_it(monkeypatch, key, value):
     data = _records()
-    _changed(data["pods"][1], key, value)
+    change(data["pods"][1], key, value)
     assert _outcome(data) == _checked_only(monkeypatch, data)
 
 
@@ -94,7 +88,7 @@ def test_a_pod_field_reads_as_the_checked_reader_reads_it(monkeypatch, key, valu
 def test_a_container_field_reads_as_the_checked_reader_reads_it(monkeypatch, index, key,
                                                                  value):
     data = _records()
-    _changed(data["containers"][index], key, value)
+    change(data["containers"][index], key, value)
     assert _outcome(data) == _checked_only(monkeypatch, data)
 
 
@@ -102,7 +96,7 @@ def test_a_container_field_reads_as_the_checked_reader_reads_it(monkeypatch, ind
 @pytest.mark.parametrize("index", [0, 1])
 def test_a_request_field_reads_as_the_checked_reader_reads_it(monkeypatch, index, key, value):
     data = _records()
-    _changed(data["containers"][index]["request"], key, value)
+    change(data["containers"][index]["request"], key, value)
     assert _outcome(data) == _checked_only(monkeypatch, data)
 
 

@@ -16,8 +16,8 @@ from nri_numa.topology.cpulist import MAX_ID, parse_list
 from nri_numa.topology.model import Topology, TopologyFormatError
 from nri_numa.topology.parts import Cpu, PciDevice
 from nri_numa.topology.synthetic.presets import PRESETS, preset_topology
+from tests.unit.odd_fields import GONE, change
 
-GONE = object()  # the key is removed
 NUMBERS = [0, 7, -1, MAX_ID, MAX_ID + 1, True, False, None, 3.0, "7", "0x10de", " 9 ", "1_0",
            "x", "", "9" * 41, [], {}, GONE]
 STRINGS = ["a", "", None, 3, True, ["a"], GONE]
@@ -53,25 +53,18 @@ def _machine() -> dict:
     return json.loads(preset_topology("dgx-h100").to_json())
 
 
-def _changed(data: dict, record: dict, key: str, value: object) -> dict:
-    if value is GONE:
-        record.pop(key, None)
-    else:
-        record[key] = value
-    return data
-
 
 @pytest.mark.parametrize("key, value", [(k, v) for k, vs in CPU_FIELDS.items() for v in vs])
 def test_a_cpu_field_reads_as_the_checked_reader_reads_it(monkeypatch, key, value):
     data = _machine()
-    _changed(data, data["cpus"][5], key, value)
+    change(data["cpus"][5], key, value)
     assert _outcome(data) == _checked_only(monkeypatch, data)
 
 
 @pytest.mark.parametrize("key, value", [(k, v) for k, vs in PCI_FIELDS.items() for v in vs])
 def test_a_pci_field_reads_as_the_checked_reader_reads_it(monkeypatch, key, value):
     data = _machine()
-    _changed(data, data["pci_devices"][3], key, value)
+    change(data["pci_devices"][3], key, value)
     assert _outcome(data) == _checked_only(monkeypatch, data)
 
 
