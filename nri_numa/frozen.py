@@ -151,6 +151,7 @@ def _make_frozen(cls: T, eq: bool, slots: bool) -> T:
         cls = _with_slots(cls, all_fields)
     own = cls.__dict__
     cls.__frozen_fields__ = all_fields
+    cls.__frozen_layout__ = layout
     cls.__frozen_repr_names__ = layout.shown
     cls.__dataclass_fields__ = _DataclassFields(cls)
     if "__match_args__" not in own:
@@ -471,19 +472,6 @@ def _generic_init(cls: type, layout: _Layout) -> Callable[..., None]:
     return init
 
 
-def _parameters(cls: type) -> tuple[list[str], tuple[Any, ...] | None]:
-    """__init__'s parameter names and defaults (MISSING where a factory is called)."""
-    names, defaults = [], []
-    for f in cls.__frozen_fields__:
-        if f.init:
-            names.append(f.name)
-            if f.default is not MISSING:
-                defaults.append(f.default)
-            elif f.default_factory is not MISSING:
-                defaults.append(MISSING)
-    return names, tuple(defaults) or None
-
-
 def _part(f: Field) -> int:
     if f.init:
         return _PARAM if f.default_factory is MISSING else _FACTORY_PARAM
@@ -540,12 +528,13 @@ def _compile_init(cls: type) -> Callable[..., None]:
         stands_for[f"\x00default{i}"] = f.default
         if f.default_factory is not MISSING:
             factories[_factory_name(i)] = f.default_factory
-    names, defaults = _parameters(cls)
+    layout = cls.__frozen_layout__
+    names = layout.params
     consts = tuple(stands_for.get(c, c) if type(c) is str else c for c in template.co_consts)
     code = template.replace(co_varnames=("self", *names, *template.co_varnames[len(names) + 1:]),
                             co_consts=consts, co_qualname=f"{cls.__qualname__}.__init__")
     init = FunctionType(code, {**_GLOBALS, **factories} if factories else _GLOBALS, "__init__",
-                        defaults)
+                        layout.defaults)
     init.__module__ = cls.__module__
     return init
 
