@@ -7,6 +7,10 @@ configuration: the ledger changes far more often) and the *working* allocations:
 ledger with the assumed pods admitted on top, in the order they were bound. A new publication
 drops the assumed pods it shows (or that are older than the hold), and admits the rest again on
 top of it, so that two pods bound in the same second cannot both take the last aligned node.
+
+A publication that frees room on a node already known (a pod gone from its ledger, exclusive
+CPUs given back, another machine or configuration) is told to ``on_room(node, generation)``,
+outside the cache's lock, once per publication.
 """
 
 from __future__ import annotations
@@ -45,11 +49,23 @@ class NodeEntry:
     assumed: tuple[Assumed, ...] = ()
 
 
+def frees_room(before: NodeState, after: NodeState) -> bool:
+    """Whether the node's newer state may admit a pod the older one refused: a pod gone from
+    the ledger (its CPUs, memory and devices), exclusive CPUs given back (a resize down), or
+    another machine or configuration."""
+    old, new = before.allocations, after.allocations
+    return (not set(old.pods) <= set(new.pods)
+            or not old.exclusive_cpus() <= new.exclusive_cpus()
+            or before.config != after.config or before.topology != after.topology)
+
+
 class NodeCache:
     def __init__(self, assume_seconds: float = DEFAULT_ASSUME_SECONDS,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic,
+                 on_room: Callable[[str, int], None] | None = None) -> None:
         self.assume_seconds = assume_seconds
-        self._clock = clock
+        self.clock = clock
+        self.on_room = on_room
         self._lock = threading.Lock()
         self._entries: dict[str, NodeEntry] = {}
         self._problems: dict[str, str] = {}  # node → why its publication could not be read
@@ -84,6 +100,10 @@ class NodeCache:
                 return  # an older object delivered late
             kept = before.assumed if before is not None else ()
             self._entries[node] = self._replay(state, ctx, kept)
+        if (self.on_room is not None and before is not None
+                and before.state.generation != state.generation
+                and frees_room(before.state, state)):
+            self.on_room(node, state.generation)
 
     def forget(self, node: str) -> None:
         self.observe(node, None)
@@ -105,7 +125,7 @@ class NodeCache:
 
     def _replay(self, state: NodeState, ctx: EngineContext,
                 assumed: tuple[Assumed, ...]) -> NodeEntry:
-        now = self._clock()
+        now = self.clock()
         working = state.allocations
         kept = []
         for a in assumed:
@@ -122,7 +142,7 @@ class NodeCache:
     def entry(self, node: str) -> NodeEntry | None:
         with self._lock:
             entry = self._entries.get(node)
-        if entry is not None and any(self._clock() - a.since > self.assume_seconds
+        if entry is not None and any(self.clock() - a.since > self.assume_seconds
                                      for a in entry.assumed):
             with self._lock:
                 entry = self._entries[node] = self._replay(entry.state, entry.ctx, entry.assumed)
@@ -144,7 +164,7 @@ class NodeCache:
             if result.decision.admitted:
                 self._entries[node] = NodeEntry(
                     entry.state, entry.ctx, result.allocations,
-                    (*entry.assumed, Assumed(pod, self._clock())))
+                    (*entry.assumed, Assumed(pod, self.clock())))
             return result
 
     def nodes(self) -> list[str]:

@@ -3,12 +3,19 @@ bodies, as kube-scheduler's HTTPExtender sends them; ``GET /healthz``.
 
 Bodies are bounded before they are read and parsed with the bounded JSON reader; a request the
 server cannot read gets a 400 with one line, never a traceback.
+
+With a TLS context (``tls_context``) every connection must present a client certificate signed
+by the client CA: the handshake runs in the connection's own thread, bounded by
+``HANDSHAKE_SECONDS``, and a connection that fails it is closed with one log line, before any
+request of it is read.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import socket
+import ssl
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -18,15 +25,61 @@ from nri_numa.safeio.documents import DocumentError, load_json
 log = logging.getLogger(__name__)
 
 MAX_BODY = 64 * 1024 * 1024  # bytes: a 5000-node NodeList when the scheduler is not cache-capable
+HANDSHAKE_SECONDS = 10.0
+IDLE_SECONDS = 300.0  # a kept-alive connection with no request for this long is closed
+
+
+class TlsError(ValueError):
+    """Certificate files that cannot make a server context; the message is one line."""
+
+
+def tls_context(cert_file: str, key_file: str, client_ca_file: str) -> ssl.SSLContext:
+    """A server context that presents ``cert_file`` and admits only clients whose certificate
+    ``client_ca_file`` signed (TLS 1.2 or later)."""
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    context.verify_mode = ssl.CERT_REQUIRED
+    for what, load in ((f"--tls-cert {cert_file} / --tls-key {key_file}",
+                        lambda: context.load_cert_chain(cert_file, key_file)),
+                       (f"--client-ca {client_ca_file}",
+                        lambda: context.load_verify_locations(cafile=client_ca_file))):
+        try:
+            load()
+        except (OSError, ssl.SSLError) as e:
+            raise TlsError(f"{what}: {' '.join(str(e.strerror or e).split())[:200]}") from None
+    return context
 
 
 class ExtenderServer(ThreadingHTTPServer):
     daemon_threads = True
 
-    def __init__(self, address: tuple[str, int], extender: Extender, prefix: str = "") -> None:
+    def __init__(self, address: tuple[str, int], extender: Extender, prefix: str = "",
+                 tls: ssl.SSLContext | None = None) -> None:
         self.extender = extender
         self.prefix = prefix.rstrip("/")
+        self.tls = tls
+        if ":" in address[0]:
+            self.address_family = socket.AF_INET6
         super().__init__(address, _Handler)
+
+    def finish_request(self, request: Any, client_address: Any) -> None:
+        if self.tls is None:
+            request.settimeout(IDLE_SECONDS)
+            super().finish_request(request, client_address)
+            return
+        request.settimeout(HANDSHAKE_SECONDS)
+        try:
+            connection = self.tls.wrap_socket(request, server_side=True)
+        except (OSError, ssl.SSLError) as e:
+            log.warning("refused a connection from %s: TLS handshake failed (%s)",
+                        client_address[0],
+                        " ".join(str(getattr(e, "reason", None) or e).split())[:200])
+            return
+        try:
+            connection.settimeout(IDLE_SECONDS)
+            super().finish_request(connection, client_address)
+        finally:
+            connection.close()
 
 
 class _Handler(BaseHTTPRequestHandler):

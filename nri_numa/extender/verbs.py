@@ -1,6 +1,6 @@
 """The extender's verbs on kube-scheduler 1.20's wire types (k8s.io/kube-scheduler/extender/v1:
 ExtenderArgs, ExtenderFilterResult, HostPriorityList, ExtenderBindingArgs/Result), as plain
-JSON values. Pure but for the cache and the binder they are given.
+JSON values. Pure but for the cache and the API they are given.
 
 filter keeps a node when the node's own engine admits the whole pod there, under the node's
 policy and scope, on its ledger plus the pods already sent there (assumed); each dropped node
@@ -9,6 +9,13 @@ then the CPUs left free (least allocated, the default) or taken (most allocated)
 once more on the chosen node, holds the pod as assumed there, records the NUMA nodes the
 simulation chose on the pod and binds it. Nodes without a publication pass through: kept by
 filter, scored 0 by prioritize, bound without an annotation.
+
+bind binds only what a scheduling cycle of this extender led to: a pod filtered here within the
+assume window, to a node that filter kept, that the API server still shows Pending, unbound,
+for the configured scheduler and with the spec filter judged; the Binding carries the pod's uid
+as its precondition. Anything else is refused with one line, logged. filter remembers, per node,
+the pods it refused there, so that a publication freeing room can have them retried
+(``take_refused``).
 
 Each node's decisions are kept by pod shape (nri_numa.extender.shapes) while the node's working
 allocations stay the same object: prioritize reuses filter's, and the replicas of a pod reuse
@@ -19,9 +26,11 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Hashable, Mapping
+import logging
+from collections.abc import Hashable, Mapping
+from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any
+from typing import Any, Protocol
 
 from nri_numa.engine.admit import admit
 from nri_numa.engine.decision import Decision
@@ -36,6 +45,7 @@ from nri_numa.topology.cpulist import format_list
 MAX_PRIORITY = 10  # extenderv1.MaxExtenderPriority in 1.20
 CHOSEN_NUMA_ANNOTATION = "numa.nri.io/scheduled-numa-nodes"
 MAX_PODS_REMEMBERED = 4096  # filter's pods kept for bind, which names the pod but sends no spec
+DEFAULT_SCHEDULER = "default-scheduler"  # a pod's spec.schedulerName when it names none
 # Per node, the decisions kept for pod shapes on its current working allocations: filter's for
 # prioritize, and one pod's for its replicas.
 MAX_SHAPES_PER_NODE = 256
@@ -50,9 +60,37 @@ class VerbError(ValueError):
     """A request the extender cannot read; the message is one line for the Error field."""
 
 
-# Binds ``(namespace, name, uid, node, annotations)`` through the API server; raises with a
-# one-line message when it cannot.
-Binder = Callable[[str, str, str, str, Mapping[str, str]], None]
+log = logging.getLogger(__name__)
+
+
+class PodApi(Protocol):
+    """The API server as bind uses it (nri_numa.extender.watch.ApiPods); each method raises
+    with a one-line message when the server fails."""
+
+    def read_pod(self, namespace: str, name: str) -> Mapping[str, Any] | None:
+        """The pod as the API server has it now; None when there is none."""
+
+    def bind(self, namespace: str, name: str, uid: str, node: str,
+             annotations: Mapping[str, str]) -> None:
+        """Write ``annotations`` on the pod and bind it to ``node``, both only while the pod's
+        uid is ``uid``."""
+
+
+@dataclass(frozen=True)
+class Filtered:
+    """A pod filter judged, and what that allows bind to do."""
+    namespace: str
+    name: str
+    at: float  # the cache's clock
+    kept: frozenset[str]  # the nodes filter kept
+    shape: Hashable
+
+
+@dataclass(frozen=True)
+class RefusedPod:
+    namespace: str
+    name: str
+    uid: str
 
 
 @frozen
@@ -75,12 +113,16 @@ def numa_nodes_of(decision: Decision) -> frozenset[int]:
 
 
 class Extender:
-    def __init__(self, cache: NodeCache, binder: Binder | None = None,
-                 packing: Packing = Packing.LEAST_ALLOCATED) -> None:
+    def __init__(self, cache: NodeCache, api: PodApi | None = None,
+                 packing: Packing = Packing.LEAST_ALLOCATED,
+                 scheduler_name: str = DEFAULT_SCHEDULER) -> None:
         self.cache = cache
-        self.binder = binder
+        self.api = api  # None: nothing is read or bound (tests, the bench)
         self.packing = Packing(packing)
+        self.scheduler_name = scheduler_name
         self._pods: OrderedDict[str, PodRequest] = OrderedDict()
+        self._filtered: OrderedDict[str, Filtered] = OrderedDict()  # pod uid → its last filter
+        self._refused: dict[str, dict[str, RefusedPod]] = {}  # node → pod uid → pod
         self._shapes: dict[str, Any] = {}  # pod uid → its shape, for the pods in _pods
         # node → (the working allocations they were made on, pod shape → decision)
         self._verdicts: dict[str, tuple[Any, dict[Any, Decision]]] = {}
@@ -146,7 +188,30 @@ class Extender:
                 kept.append(name)
             else:
                 failed[name] = f"nri-numa: {verdict.decision.rejection.message}"
+        self._remember_filter(pod, kept, failed, shape)
         return {"NodeNames": kept, "FailedNodes": failed, "Error": ""}
+
+    def _remember_filter(self, pod: PodRequest, kept: list[str], failed: Mapping[str, str],
+                         shape: Hashable) -> None:
+        refused = RefusedPod(pod.namespace, pod.name, pod.uid)
+        with self._lock:
+            self._filtered[pod.uid] = Filtered(pod.namespace, pod.name, self.cache.clock(),
+                                               frozenset(kept), shape)
+            self._filtered.move_to_end(pod.uid)
+            while len(self._filtered) > MAX_PODS_REMEMBERED:
+                self._filtered.popitem(last=False)
+            for node in failed:
+                pods = self._refused.setdefault(node, {})
+                if len(pods) < MAX_PODS_REMEMBERED:
+                    pods[pod.uid] = refused
+            for node in kept:
+                if node in self._refused:
+                    self._refused[node].pop(pod.uid, None)
+
+    def take_refused(self, node: str) -> list[RefusedPod]:
+        """The pods filter refused on ``node`` since the last call for it, forgotten here."""
+        with self._lock:
+            return list(self._refused.pop(node, {}).values())
 
     def prioritize(self, args: Any) -> list[dict[str, Any]]:
         try:
@@ -175,8 +240,13 @@ class Extender:
         if not all(isinstance(v, str) and 0 < len(v) <= 1024 for v in fields):
             return {"Error": "bind: PodNamespace, PodName, PodUID and Node must be names"}
         namespace, name, uid, node = fields
+        refusal = self._bind_refusal(namespace, name, uid, node)
+        if refusal is not None:
+            log.warning("bind refused: %s", refusal)
+            return {"Error": f"nri-numa: bind refused: {refusal}"}
         with self._lock:
             pod = self._pods.get(uid)
+            self._filtered.pop(uid, None)  # one bind per filter: a replay is refused
         annotations: dict[str, str] = {}
         if pod is not None:
             result = self.cache.assume(node, pod)
@@ -185,13 +255,35 @@ class Extender:
                                  f"{namespace}/{name}: {result.decision.rejection.message}"}
             if result is not None and (chosen := numa_nodes_of(result.decision)):
                 annotations[CHOSEN_NUMA_ANNOTATION] = format_list(chosen)
-        if self.binder is None:
+        if self.api is None:
             return {"Error": ""}
         try:
-            self.binder(namespace, name, uid, node, annotations)
+            self.api.bind(namespace, name, uid, node, annotations)
         except Exception as e:  # the API server's answer, whatever its type: one line back
             return {"Error": f"bind {namespace}/{name} to {node}: {' '.join(str(e).split())[:300]}"}
         return {"Error": ""}
+
+    def _bind_refusal(self, namespace: str, name: str, uid: str, node: str) -> str | None:
+        """Why this bind is not one a scheduling cycle of this extender led to; None when it
+        is."""
+        pod_name = f"pod {namespace[:80]}/{name[:80]} ({uid[:40]})"
+        with self._lock:
+            filtered = self._filtered.get(uid)
+        if filtered is None or (filtered.namespace, filtered.name) != (namespace, name):
+            return f"{pod_name} was not filtered by this extender"
+        age = self.cache.clock() - filtered.at
+        if age > self.cache.assume_seconds:
+            return (f"{pod_name} was filtered {age:.0f} s ago, more than the "
+                    f"{self.cache.assume_seconds:g} s a filter holds")
+        if node not in filtered.kept:
+            return f"node {node[:80]} was not kept by the filter of {pod_name}"
+        if self.api is None:
+            return None
+        try:
+            live = self.api.read_pod(namespace, name)
+        except Exception as e:  # the API server's answer, whatever its type
+            return f"{pod_name} could not be read: {' '.join(str(e).split())[:200]}"
+        return _unbindable(live, uid, self.scheduler_name, filtered.shape, pod_name)
 
     # --- reading ExtenderArgs ----------------------------------------------------------------
 
@@ -216,3 +308,28 @@ class Extender:
             while len(self._pods) > MAX_PODS_REMEMBERED:
                 self._shapes.pop(self._pods.popitem(last=False)[0], None)
         return pod, names, shape
+
+
+def _unbindable(live: Mapping[str, Any] | None, uid: str, scheduler_name: str,
+                shape: Hashable, pod_name: str) -> str | None:
+    """Why the pod as the API server has it may not be bound; None when it may."""
+    if not isinstance(live, Mapping):
+        return f"{pod_name} does not exist"
+    meta, spec = live.get("metadata") or {}, live.get("spec") or {}
+    if meta.get("uid") != uid:
+        return f"{pod_name} is now another pod (uid {str(meta.get('uid'))[:40]})"
+    if spec.get("nodeName"):
+        return f"{pod_name} is already bound to {str(spec['nodeName'])[:80]}"
+    phase = (live.get("status") or {}).get("phase") or "Pending"
+    if phase != "Pending" or meta.get("deletionTimestamp"):
+        return f"{pod_name} is not Pending ({'deleting' if meta.get('deletionTimestamp') else phase})"
+    wanted = spec.get("schedulerName") or DEFAULT_SCHEDULER
+    if wanted != scheduler_name:
+        return f"{pod_name} is for scheduler {str(wanted)[:80]}, not {scheduler_name}"
+    try:
+        same = pod_shape(pod_from_manifest(live)) == shape
+    except (RequestError, BoundError, ValueError):
+        same = False
+    if not same:
+        return f"{pod_name} differs from the pod its filter judged"
+    return None

@@ -1,10 +1,23 @@
-"""The NodeResourceTopology objects, listed then watched, fed into the cache; and the binder that
-records the chosen NUMA nodes on the pod and binds it. The only module of the extender that
-talks to the API server (the ``kubernetes`` client, the ``cluster`` extra)."""
+"""The NodeResourceTopology objects, listed then watched, fed into the cache; the pods as bind
+reads, annotates and binds them; and the retries of refused pods when room appears. The only
+module of the extender that talks to the API server (the ``kubernetes`` client, the ``cluster``
+extra).
+
+Retries: kube-scheduler keeps a pod it could not place in its unschedulable queue until a
+cluster event it knows of, or a minute, passes; it knows nothing of NodeResourceTopology
+objects. An update to the pod itself moves it back to the active queue at once (1.20's
+``PriorityQueue.Update``: any change but its resourceVersion, generation or status). So when a
+node's publication frees room, ``Retrier`` writes ``RETRY_ANNOTATION`` on each Pending pod filter
+refused on that node, once per publication; and when the extender starts, on each Pending pod of
+its scheduler whose PodScheduled condition carries an nri-numa refusal (it has no memory of
+them).
+"""
 
 from __future__ import annotations
 
+import json
 import logging
+import queue
 import threading
 import time
 from collections.abc import Mapping
@@ -12,6 +25,9 @@ from typing import Any
 
 from nri_numa.cluster.nrt import GROUP, PLURAL, VERSION
 from nri_numa.extender.cache import NodeCache
+from nri_numa.extender.verbs import Extender, RefusedPod
+
+RETRY_ANNOTATION = "numa.nri.io/retry-for-room"  # what freed room: "<node>@<generation>"
 
 log = logging.getLogger(__name__)
 
@@ -60,8 +76,10 @@ def _apply(cache: NodeCache, event: Mapping[str, Any]) -> None:
     cache.observe(name, None if event.get("type") == "DELETED" else obj)
 
 
-class ApiBinder:
-    """Patches the chosen NUMA nodes onto the pod, then creates its Binding."""
+class ApiPods:
+    """The pods as bind and the retries use them: read, annotate and bind, each write with the
+    pod's uid as its precondition (a pod deleted and created again under the same name is
+    another pod)."""
 
     def __init__(self, api_client: Any) -> None:
         from kubernetes import client
@@ -69,24 +87,101 @@ class ApiBinder:
         self._core = client.CoreV1Api(api_client)
         self._client = client
 
-    def __call__(self, namespace: str, name: str, uid: str, node: str,
-                 annotations: Mapping[str, str]) -> None:
+    def read_pod(self, namespace: str, name: str) -> Mapping[str, Any] | None:
+        from kubernetes.client.exceptions import ApiException
+
+        try:
+            answer = self._core.read_namespaced_pod(name, namespace, _preload_content=False)
+        except ApiException as e:
+            if e.status == 404:
+                return None
+            raise
+        return json.loads(answer.data)
+
+    def annotate(self, namespace: str, name: str, uid: str, annotations: Mapping[str, str]) -> None:
+        # metadata.uid in a merge patch is checked against the pod's (it cannot change).
+        self._core.patch_namespaced_pod(
+            name, namespace, {"metadata": {"uid": uid, "annotations": dict(annotations)}})
+
+    def bind(self, namespace: str, name: str, uid: str, node: str,
+             annotations: Mapping[str, str]) -> None:
         c = self._client
         if annotations:
-            self._core.patch_namespaced_pod(name, namespace,
-                                            {"metadata": {"annotations": dict(annotations)}})
+            self.annotate(namespace, name, uid, annotations)
         body = c.V1Binding(metadata=c.V1ObjectMeta(name=name, namespace=namespace, uid=uid),
                            target=c.V1ObjectReference(kind="Node", name=node, api_version="v1"))
         # The client cannot read the Binding's answer (a Status) back into V1Binding.
         self._core.create_namespaced_binding(namespace, body, _preload_content=False)
 
+    def refused_pending(self, scheduler_name: str) -> list[RefusedPod]:
+        """The Pending, unbound pods of ``scheduler_name`` that the scheduler could not place
+        for a reason of nri-numa's."""
+        answer = self._core.list_pod_for_all_namespaces(
+            field_selector="spec.nodeName=,status.phase=Pending", _preload_content=False)
+        pods = []
+        for item in json.loads(answer.data).get("items") or []:
+            meta, spec = item.get("metadata") or {}, item.get("spec") or {}
+            if (spec.get("schedulerName") or "default-scheduler") != scheduler_name:
+                continue
+            conditions = (item.get("status") or {}).get("conditions") or []
+            if any(c.get("type") == "PodScheduled" and c.get("status") == "False"
+                   and "nri-numa:" in str(c.get("message") or "") for c in conditions):
+                pods.append(RefusedPod(meta.get("namespace", ""), meta.get("name", ""),
+                                       meta.get("uid", "")))
+        return pods
 
-def started(api_client: Any, cache: NodeCache) -> tuple[threading.Thread, threading.Event]:
+
+class Retrier:
+    """Has kube-scheduler retry the pods nri-numa refused, when room appears (module doc).
+    ``room_freed`` is the cache's ``on_room``: it only queues; one thread does the writes."""
+
+    def __init__(self, pods: ApiPods, extender: Extender) -> None:
+        self._pods = pods
+        self._extender = extender
+        self._queue: queue.SimpleQueue[tuple[str, int] | None] = queue.SimpleQueue()
+
+    def room_freed(self, node: str, generation: int) -> None:
+        self._queue.put((node, generation))
+
+    def run(self, stop: threading.Event) -> None:
+        try:
+            self._retry(self._pods.refused_pending(self._extender.scheduler_name),
+                        f"extender start {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())}")
+        except Exception as e:  # noqa: BLE001 - the API server's failures have no common type
+            log.warning("could not list the Pending pods nri-numa refused: %s",
+                        " ".join(str(e).split())[:200])
+        while not stop.is_set():
+            try:
+                item = self._queue.get(timeout=1.0)
+            except queue.Empty:
+                continue
+            if item is not None:
+                node, generation = item
+                self._retry(self._extender.take_refused(node), f"{node}@{generation}")
+
+    def _retry(self, refused: list[RefusedPod], reason: str) -> None:
+        for pod in refused:
+            try:
+                live = self._pods.read_pod(pod.namespace, pod.name)
+                meta = (live or {}).get("metadata") or {}
+                if (live is None or meta.get("uid") != pod.uid
+                        or (live.get("spec") or {}).get("nodeName")):
+                    continue  # gone, replaced or placed meanwhile
+                self._pods.annotate(pod.namespace, pod.name, pod.uid,
+                                    {RETRY_ANNOTATION: reason})
+                log.info("pod %s/%s: room freed (%s), scheduling retried",
+                         pod.namespace, pod.name, reason)
+            except Exception as e:  # noqa: BLE001 - one pod's failure must not stop the rest
+                log.warning("pod %s/%s: could not have it retried: %s", pod.namespace, pod.name,
+                            " ".join(str(e).split())[:200])
+
+
+def started(api_client: Any, cache: NodeCache) -> threading.Event:
+    """The watch, in a thread of its own; set the event returned to stop it."""
     stop = threading.Event()
-    thread = threading.Thread(target=watch_forever, args=(api_client, cache, stop),
-                              name="nrt-watch", daemon=True)
-    thread.start()
-    return thread, stop
+    threading.Thread(target=watch_forever, args=(api_client, cache, stop), name="nrt-watch",
+                     daemon=True).start()
+    return stop
 
 
 def wait_synced(cache: NodeCache, seconds: float) -> None:

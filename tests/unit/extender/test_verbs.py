@@ -3,6 +3,7 @@ real HTTP server on 127.0.0.1)."""
 
 from __future__ import annotations
 
+import copy
 import http.client
 import json
 import threading
@@ -46,12 +47,29 @@ class Clock:
         return self.now
 
 
+class FakePods:
+    """The API server's pods as bind reads and binds them."""
+
+    def __init__(self, *manifests: dict) -> None:
+        self.pods = {(m["metadata"]["namespace"], m["metadata"]["name"]): copy.deepcopy(m)
+                     for m in manifests}
+        self.bound: list[tuple] = []
+
+    def read_pod(self, namespace, name):
+        return copy.deepcopy(self.pods.get((namespace, name)))
+
+    def bind(self, namespace, name, uid, node, annotations):
+        self.bound.append((namespace, name, uid, node, dict(annotations)))
+        self.pods[namespace, name]["spec"]["nodeName"] = node
+
+
 def test_two_pods_cannot_both_take_the_last_aligned_node():
-    bound = []
     cache = NodeCache(assume_seconds=30)
     cache.observe("a", published())
-    extender = Extender(cache, binder=lambda *args: bound.append(args))
     first, second = pod("first", "8"), pod("second", "8")
+    api = FakePods(first, second)
+    bound = api.bound
+    extender = Extender(cache, api)
     # Both filtered before either is bound: both fit on node 1 of "a".
     assert extender.filter({"Pod": first, "NodeNames": ["a"]})["NodeNames"] == ["a"]
     assert extender.filter({"Pod": second, "NodeNames": ["a"]})["NodeNames"] == ["a"]
@@ -77,6 +95,7 @@ def test_an_assumed_pod_is_released_by_the_timeout_or_the_publication_that_shows
     assert "uid-p" not in cache.entry("a").working.pods
     # Shown by the node: no longer assumed, counted once.
     clock.now = 40
+    extender.filter({"Pod": pod("p", "8"), "NodeNames": ["a"]})
     extender.bind({"PodNamespace": "ns", "PodName": "p", "PodUID": "uid-p", "Node": "a"})
     ledger = Ledger(EngineContext.build(MACHINE, config_from_mapping(CONFIG)))
     from nri_numa.engine.manifest import pod_from_manifest
@@ -144,3 +163,107 @@ def test_bad_requests_get_one_line(server, path, body, status, expected):
     # The connection still serves the next request.
     conn.request("GET", "/healthz")
     assert conn.getresponse().read() == b"ok"
+
+
+def bind_args(name: str, node: str = "a", uid: str | None = None) -> dict:
+    return {"PodNamespace": "ns", "PodName": name, "PodUID": uid or f"uid-{name}", "Node": node}
+
+
+def changed(manifest: dict, change) -> dict:
+    manifest = copy.deepcopy(manifest)
+    change(manifest)
+    return manifest
+
+
+@pytest.mark.parametrize(("live", "expected"), [
+    (None, "does not exist"),
+    (lambda m: m["metadata"].update(uid="uid-other"), "is now another pod"),
+    (lambda m: m["spec"].update(nodeName="b"), "is already bound to b"),
+    (lambda m: m.update(status={"phase": "Running"}), "is not Pending (Running)"),
+    (lambda m: m["metadata"].update(deletionTimestamp="2026-11-29T07:00:00Z"), "(deleting)"),
+    (lambda m: m["spec"].update(schedulerName="other"), "for scheduler other"),
+    (lambda m: m["spec"]["containers"][0]["resources"].update(
+        limits={"cpu": "1", "memory": "1Gi"}, requests={"cpu": "1", "memory": "1Gi"}),
+     "differs from the pod its filter judged"),
+])
+def test_bind_refuses_a_pod_the_api_server_shows_otherwise(live, expected, caplog):
+    cache = NodeCache()
+    cache.observe("a", published())
+    manifest = pod("p", "8")
+    api = FakePods(*([] if live is None else [changed(manifest, live)]))
+    extender = Extender(cache, api)
+    assert extender.filter({"Pod": manifest, "NodeNames": ["a"]})["NodeNames"] == ["a"]
+    answer = extender.bind(bind_args("p"))
+    assert answer["Error"].startswith("nri-numa: bind refused: pod ns/p (uid-p)")
+    assert expected in answer["Error"] and "\n" not in answer["Error"]
+    assert api.bound == [] and "uid-p" not in cache.entry("a").working.pods
+    assert any("bind refused" in r.getMessage() for r in caplog.records)
+
+
+def test_bind_binds_only_what_its_filter_judged_and_only_once():
+    clock = Clock()
+    cache = NodeCache(assume_seconds=30, clock=clock)
+    cache.observe("a", published())
+    victim, seen = pod("victim", "2"), pod("seen", "2")
+    api = FakePods(victim, seen)
+    extender = Extender(cache, api)
+    # Never filtered: refused, whatever the node.
+    assert "was not filtered by this extender" in extender.bind(bind_args("victim"))["Error"]
+    # Filtered, but the node named was not one its filter kept.
+    extender.filter({"Pod": seen, "NodeNames": ["a"]})
+    assert "node b was not kept by the filter" in extender.bind(bind_args("seen", "b"))["Error"]
+    # Another pod's name with the filtered pod's uid.
+    assert "was not filtered" in extender.bind(bind_args("victim", uid="uid-seen"))["Error"]
+    # Filtered too long ago.
+    clock.now = 31
+    assert "filtered 31 s ago" in extender.bind(bind_args("seen"))["Error"]
+    # Filtered again: bound once; the same bind again is refused (nothing to replay).
+    extender.filter({"Pod": seen, "NodeNames": ["a"]})
+    assert extender.bind(bind_args("seen")) == {"Error": ""}
+    assert [b[:4] for b in api.bound] == [("ns", "seen", "uid-seen", "a")]
+    assert "was not filtered" in extender.bind(bind_args("seen"))["Error"]
+    assert len(api.bound) == 1
+
+
+def test_bind_honours_the_configured_scheduler_name():
+    cache = NodeCache()
+    cache.observe("a", published())
+    mine = changed(pod("p", "2"), lambda m: m["spec"].update(schedulerName="numa-scheduler"))
+    for scheduler, bound in (("default-scheduler", 0), ("numa-scheduler", 1)):
+        api = FakePods(mine)
+        extender = Extender(cache, api, scheduler_name=scheduler)
+        extender.filter({"Pod": mine, "NodeNames": ["plain"]})
+        extender.bind(bind_args("p", "plain"))
+        assert len(api.bound) == bound
+
+
+def test_filter_remembers_refusals_per_node_until_taken():
+    cache = NodeCache()
+    cache.observe("a", published())
+    cache.observe("b", published())
+    extender = Extender(cache)
+    big, small = pod("big", "16"), pod("small", "1")
+    extender.filter({"Pod": big, "NodeNames": ["a", "b", "plain"]})
+    extender.filter({"Pod": small, "NodeNames": ["a", "b"]})
+    assert [p.uid for p in extender.take_refused("a")] == ["uid-big"]
+    assert extender.take_refused("a") == []  # taken once
+    # Kept on b by a later filter: no longer refused there.
+    extender.filter({"Pod": pod("big", "1"), "NodeNames": ["b"]})
+    assert extender.take_refused("b") == []
+    assert extender.take_refused("plain") == []
+
+
+def test_a_publication_that_frees_room_is_told_once():
+    told = []
+    cache = NodeCache(on_room=lambda node, generation: told.append((node, generation)))
+    ledger = Ledger(EngineContext.build(MACHINE, config_from_mapping(CONFIG)))
+    from nri_numa.engine.manifest import pod_from_manifest
+    cache.observe("a", published(0, ledger))  # first seen: nothing freed
+    ledger.admit(pod_from_manifest(pod("p", "4")))
+    cache.observe("a", published(1, ledger))  # taken, not freed
+    cache.observe("a", published(1, ledger))  # the same publication again
+    assert told == []
+    ledger.release("uid-p")
+    cache.observe("a", published(2, ledger))
+    cache.observe("a", published(2, ledger))
+    assert told == [("a", 2)]

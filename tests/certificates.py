@@ -1,0 +1,43 @@
+"""Certificates for the tests, made with Debian's openssl: a CA, and server or client
+certificates it signs (the extender's TLS, as kube-scheduler's tlsConfig uses it)."""
+
+from __future__ import annotations
+
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class KeyPair:
+    cert: Path
+    key: Path
+
+
+def _openssl(*args: str) -> None:
+    subprocess.run(["openssl", *args], check=True, capture_output=True)
+
+
+def make_ca(folder: Path, name: str) -> KeyPair:
+    folder.mkdir(parents=True, exist_ok=True)
+    pair = KeyPair(folder / f"{name}.crt", folder / f"{name}.key")
+    _openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2",
+             "-subj", f"/CN={name}", "-keyout", str(pair.key), "-out", str(pair.cert))
+    return pair
+
+
+def make_signed(folder: Path, name: str, ca: KeyPair, *, server: bool) -> KeyPair:
+    """A certificate for ``name`` signed by ``ca``: for serving 127.0.0.1 and localhost when
+    ``server``, else for a client."""
+    pair = KeyPair(folder / f"{name}.crt", folder / f"{name}.key")
+    request = folder / f"{name}.csr"
+    extensions = folder / f"{name}.ext"
+    extensions.write_text(
+        "basicConstraints=CA:FALSE\n"
+        + ("subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth\n" if server
+           else "extendedKeyUsage=clientAuth\n"))
+    _openssl("req", "-newkey", "rsa:2048", "-nodes", "-subj", f"/CN={name}",
+             "-keyout", str(pair.key), "-out", str(request))
+    _openssl("x509", "-req", "-in", str(request), "-CA", str(ca.cert), "-CAkey", str(ca.key),
+             "-CAcreateserial", "-days", "2", "-extfile", str(extensions), "-out", str(pair.cert))
+    return pair
