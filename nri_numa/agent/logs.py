@@ -8,13 +8,16 @@ pipeline can select on ``event``, ``pod``, ``cpus`` without parsing prose.
 A log file is opened as the state is (nri_numa.safeio.safe_files): its folder and the file
 without following a symlink, never waiting on a FIFO. A log file that is a symlink or not a
 file is not written; the log goes to standard error with a warning instead, since the agent's
-work matters more than where its log lands.
+work matters more than where its log lands. The agent's log file is bounded: once a line takes
+it past LOG_KEEP_BYTES it moves to ``<name>.1`` (replacing the one before) and the next line
+starts a new file, so the two never hold much more than twice that.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import os
 import sys
 import time
 from collections.abc import Mapping
@@ -29,6 +32,8 @@ if TYPE_CHECKING:
     from nri_numa.engine.decision import Placement
 
 TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+# The agent's log file moves to <name>.1 past this many bytes; one old file is kept.
+LOG_KEEP_BYTES = 8 << 20
 # What every LogRecord has: anything else on a record came in through ``extra=``.
 _STANDARD = frozenset(vars(logging.LogRecord("", 0, "", 0, "", (), None))) | {
     "message", "asctime", "taskName"}
@@ -86,14 +91,15 @@ def configured() -> bool:
 
 
 def configure(level: str = "info", fmt: str = "text", file: Path | None = None) -> None:
-    """Send every logger's records to ``file`` (appended) or standard error, in ``fmt``. A
-    file that is a symlink or not a file: standard error, and a warning there."""
+    """Send every logger's records to ``file`` (appended, rotated past LOG_KEEP_BYTES) or
+    standard error, in ``fmt``. A file that is a symlink or not a file: standard error, and a
+    warning there."""
     global _configured
     _configured = True
     refused = None
     try:
-        handler: logging.Handler = (open_log_file(file) if file is not None
-                                    else logging.StreamHandler(sys.stderr))
+        handler: logging.Handler = (open_log_file(file, rotate_past=LOG_KEEP_BYTES)
+                                    if file is not None else logging.StreamHandler(sys.stderr))
     except LogFileRefused as e:
         handler, refused = logging.StreamHandler(sys.stderr), e
     handler.setFormatter(JsonFormatter() if fmt == "json" else OneLineFormatter(TEXT_FORMAT))
@@ -110,17 +116,43 @@ def configure(level: str = "info", fmt: str = "text", file: Path | None = None) 
 def open_log_file(path: Path, *, create_folder: bool = False,
                   rotate_past: int | None = None) -> logging.Handler:
     """A handler appending to ``path``, opened as nri_numa.safeio.log_files opens it (the
-    errors it raises, and with the same options)."""
+    errors it raises, and with the same options). ``rotate_past``: also while it writes, a
+    line that takes the file past that many bytes moves it to ``<name>.1``, and the next line
+    goes to a new file at ``path``."""
     fd = open_log_descriptor(path, create_folder=create_folder, rotate_past=rotate_past)
-    return _OwnFileHandler(fd)
+    return _OwnFileHandler(fd, path, rotate_past)
 
 
 class _OwnFileHandler(logging.StreamHandler):
     """A StreamHandler on a descriptor opened here, closed with the handler (FileHandler
     opens by name, following whatever the name points to)."""
 
-    def __init__(self, fd: int) -> None:
+    def __init__(self, fd: int, path: Path | None = None,
+                 rotate_past: int | None = None) -> None:
         super().__init__(open_log_stream(fd))
+        self._path, self._rotate_past = path, rotate_past
+
+    def emit(self, record: logging.LogRecord) -> None:
+        super().emit(record)  # called with the handler's lock held (Handler.handle)
+        if self._rotate_past is not None:
+            self._rotate_when_full()
+
+    def _rotate_when_full(self) -> None:
+        """The file past ``rotate_past`` moves to ``<name>.1`` and a new one is opened as the
+        first was. When either step fails the log goes on in the file it has, and the next
+        line tries again: losing lines would be worse than a large file."""
+        assert self._path is not None and self._rotate_past is not None
+        try:
+            if os.fstat(self.stream.fileno()).st_size <= self._rotate_past:
+                return
+            fd = open_log_descriptor(self._path, rotate_past=self._rotate_past)
+        except (OSError, ValueError):  # LogSetupError is a ValueError
+            return
+        old, self.stream = self.stream, open_log_stream(fd)
+        try:
+            old.close()
+        except OSError:
+            pass
 
     def close(self) -> None:
         self.acquire()
