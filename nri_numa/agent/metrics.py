@@ -21,6 +21,9 @@ CreateContainer, so one CreateContainer is one admission request.
 
 Gauges are computed from the ledger when scraped (``LedgerCollector``), so they are never out of
 step with it; the handlers only increment counters, which takes a lock for a few instructions.
+``degraded_containers`` (ours) is the plugin's count as of its last committed change
+(nri_numa.nri.promotion): Guaranteed containers running in the shared pool without the CPUs
+(or memory nodes) the kubelet would pin them to.
 A scrape reads an immutable allocations value and never takes the plugin's lock.
 The text format and the HTTP server are the agent's own (prometheus_text, metrics_http): the
 client library's imports cost more memory than the rest of the agent's metrics.
@@ -111,7 +114,10 @@ def pinning_of(ctx: EngineContext, pod: PodRequest, request: ContainerRequest,
 class PluginMetrics:
     """The counters the handlers move, and the registry a scrape reads."""
 
-    def __init__(self, view: Callable[[], tuple[Ledger, Mapping[str, ContainerRecord]]]) -> None:
+    def __init__(self, view: Callable[[], tuple[Ledger, Mapping[str, ContainerRecord]]],
+                 degraded: Callable[[], int] | None = None) -> None:
+        """``view``: the ledger and the records as last committed; ``degraded``: the count of
+        degraded containers (none: the gauge is left out)."""
         self.registry = Registry()
         r = self.registry
         self.admission_requests = r.register(Counter(
@@ -142,7 +148,7 @@ class PluginMetrics:
         self.cpuset_repairs = r.register(Counter(
             f"{PREFIX}_cpuset_repairs", "The number of cpusets sent again to a started container "
             "whose cgroup missed an update."))
-        r.register(LedgerCollector(view))
+        r.register(LedgerCollector(view, degraded))
 
     @contextmanager
     def admission(self) -> Iterator[None]:
@@ -181,12 +187,16 @@ class PluginMetrics:
 class LedgerCollector:
     """Gauges read from the ledger at scrape time, per NUMA node."""
 
-    def __init__(self, view: Callable[[], tuple[Ledger, Mapping[str, ContainerRecord]]]) -> None:
+    def __init__(self, view: Callable[[], tuple[Ledger, Mapping[str, ContainerRecord]]],
+                 degraded: Callable[[], int] | None = None) -> None:
         self._view = view
+        self._degraded = degraded
 
     def collect(self) -> Iterator[MetricFamily]:
         try:
             families = ledger_families(*self._view())
+            if self._degraded is not None:
+                families.append(degraded_family(self._degraded()))
         except Exception:  # a scrape must not take the server thread down
             log.exception("metrics: cannot read the ledger for a scrape")
             return iter(())
@@ -228,6 +238,15 @@ def ledger_families(ledger: Ledger,
     managed.add(["shared"], len(containers) - held)
     families.append(managed)
     return families
+
+
+def degraded_family(count: int) -> MetricFamily:
+    family = gauge_family(
+        f"{PREFIX}_degraded_containers", "Guaranteed containers running in the shared pool "
+        "without the exclusive CPUs (or memory nodes) the kubelet would give them: adopted "
+        "while those were taken, moved onto them as soon as room appears.")
+    family.add((), count)
+    return family
 
 
 def _memory_families(memory: MemoryState) -> list[MetricFamily]:

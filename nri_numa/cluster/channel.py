@@ -3,6 +3,7 @@
 Agent → export process (its standard input):
   ``{"kind": "nrt", "object": {...}}``       the NodeResourceTopology object the node has now
   ``{"kind": "refusal", ...}``               a container refused (nri_numa.cluster.refusals)
+  ``{"kind": "degraded", ...}``              a container run without its exclusive CPUs (same)
 Export process → agent (its standard output):
   ``{"kind": "status", "state": "synced" | "failing" | "starting", "message": "...",
      "writes": N, "errors": N, "last_success": UNIX_TIME | null}``

@@ -8,6 +8,11 @@ sooner than ``delay_s`` after its first refusal, so its controller makes a new o
 scheduler can place elsewhere. A bare pod is never deleted: it gets the Events and the annotation
 ``numa.nri.io/refused`` saying why it cannot start here.
 
+A Guaranteed container the agent had to leave in the shared pool (it was running when the
+agent adopted it, and its CPUs were taken: nri_numa.nri.promotion) is no refusal: it runs. The
+agent reports it once (``degraded_message``) and its pod gets one Warning Event,
+``DEGRADED_REASON``, saying so; never an eviction or an annotation.
+
 ``RefusalTracker`` decides (pure); ``PodActions`` carries the decisions out through the
 ``kubernetes`` client.
 """
@@ -27,6 +32,7 @@ from nri_numa.frozen import frozen
 REFUSED_ANNOTATION = "numa.nri.io/refused"
 COMPONENT = "nri-numa"
 MAX_TRACKED = 10000  # pods remembered; the oldest are forgotten first
+DEGRADED_REASON = "NriNumaDegraded"
 
 
 def refusal_message(namespace: str, pod: str, uid: str, container: str, reason: str,
@@ -35,6 +41,13 @@ def refusal_message(namespace: str, pod: str, uid: str, container: str, reason: 
     return {"kind": "refusal", "namespace": namespace, "pod": pod, "uid": uid,
             "container": container, "reason": reason, "message": text, "node": node,
             "at": time.time() if at is None else at}
+
+
+def degraded_message(namespace: str, pod: str, uid: str, container: str, text: str,
+                     node: str, at: float | None = None) -> dict[str, Any]:
+    """What the agent sends the export process, once, for a container it runs degraded."""
+    return {**refusal_message(namespace, pod, uid, container, DEGRADED_REASON, text, node, at),
+            "kind": "degraded"}
 
 
 @frozen
@@ -183,6 +196,16 @@ class PodActions:
         if actions.evict:
             self._evict(refusal, controller or "", actions)
 
+    def degraded(self, message: dict[str, Any]) -> None:
+        """One Warning Event on the pod of a degraded container (the agent sends one message
+        per container); nothing counted towards an eviction."""
+        notice = Refusal.from_message(message)
+        pod = self._api_client.sanitize_for_serialization(self._core.read_namespaced_pod(
+            notice.pod, notice.namespace, _request_timeout=REQUEST_TIMEOUT))
+        if pod.get("metadata", {}).get("uid") != notice.uid:
+            return  # that pod is gone
+        self._event(notice, Actions(event_count=1, first_at=notice.at))
+
     def _event(self, refusal: Refusal, actions: Actions) -> None:
         """Create the Event, or raise its count; whichever the other finds missing or there
         (an Event expires after an hour; one may be left from before a restart)."""
@@ -246,5 +269,6 @@ class PodActions:
 
 def message_handlers(api_client: Any, say: Callable[[dict[str, Any]], None],
                      policy: EvictionPolicy) -> dict[str, Callable[[dict[str, Any]], None]]:
-    """The export process's handler for the agent's refusal messages."""
-    return {"refusal": PodActions(api_client, say, policy).handle}
+    """The export process's handlers for the agent's refusal and degraded messages."""
+    actions = PodActions(api_client, say, policy)
+    return {"refusal": actions.handle, "degraded": actions.degraded}

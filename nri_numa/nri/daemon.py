@@ -33,7 +33,7 @@ from nri_numa.agent.settings import (DEFAULT_CDI_SPEC_DIRS, DEFAULT_DEV_ROOT,
                                      DEFAULT_DEVICE_INJECTION, DEFAULT_INDEX, DEFAULT_NAME,
                                      DEFAULT_SOCKET, DEFAULT_STATE_DIR, AgentSettings,
                                      MetricsAddress)
-from nri_numa.cluster.refusals import refusal_message
+from nri_numa.cluster.refusals import degraded_message, refusal_message
 from nri_numa.engine.config import ConfigError, EngineConfig
 from nri_numa.frozen import frozen
 from nri_numa.nri.config_reload import ConfigReloader, LiveTargets, Reread
@@ -328,10 +328,17 @@ def _run(options: DaemonOptions, environ: dict[str, str], signals: StopSignals) 
             feed.send(refusal_message(pod.namespace, pod.name, pod.uid, container, reason, text,
                                       plan.node_name))
 
+    def degraded(pod: PodRecord, container: str, text: str) -> None:
+        """A container run without its exclusive CPUs, for the export process (its Event)."""
+        if feed is not None and plan is not None:
+            feed.send(degraded_message(pod.namespace, pod.name, pod.uid, container, text,
+                                       plan.node_name))
+
     try:  # from here on a stop (Stopped included) releases the lock
         sender = UpdateSender()
         # The scrape reads the plugin made just below; the server starts only once it exists.
-        metrics = (PluginMetrics(lambda: (plugin.ledger, plugin.containers))
+        metrics = (PluginMetrics(lambda: (plugin.ledger, plugin.containers),
+                                 degraded=lambda: plugin.degraded_count)
                    if options.metrics_address is not None else NO_METRICS)
         cdi = CdiRegistry(options.cdi_spec_dirs)  # CDI names: hints, and GPUs given by name
         try:
@@ -344,6 +351,7 @@ def _run(options: DaemonOptions, environ: dict[str, str], signals: StopSignals) 
                                 cgroup_root=CGROUP_ROOT,
                                 on_change=lambda: feed.changed() if feed is not None else None,
                                 on_refusal=refused if plan is not None else None,
+                                on_degraded=degraded if plan is not None else None,
                                 kubelet_state=_kubelet_state(options.kubelet_state_dir))
         except (ConfigError, CheckpointError) as e:
             raise DaemonError(str(e)) from None

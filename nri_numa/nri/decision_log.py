@@ -30,7 +30,9 @@ def describe(pod: PodRecord, container: str) -> str:
 
 def placed(pod: PodRecord, policy: str, placement: Placement, container_id: str,
            event: str = "placed") -> None:
-    """``event``: "placed" for a new container, "adopted" for a running one taken over."""
+    """``event``: "placed" for a new container, "adopted" for a running one taken over,
+    "resized" after an in-place resize, "promoted" for a degraded one given its CPUs once room
+    appeared (nri_numa.nri.promotion)."""
     if not log.isEnabledFor(logging.INFO):
         return
     fields = decision_fields(event, pod_name(pod), pod.uid, container_id, policy, placement)

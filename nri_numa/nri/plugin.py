@@ -9,7 +9,8 @@ handler, where the runtime would deadlock (docs/nri-protocol.md §6).
 
 Around the handlers: records.py (the ledger and the records, changed together),
 container_requests.py (a container → the engine's request), sync.py (Synchronize's adoption),
-persistence.py (the checkpoint and the transaction), decision_log.py (the decision lines).
+promotion.py (adopted containers that did not fit, placed once room appears), persistence.py
+(the checkpoint and the transaction), decision_log.py (the decision lines).
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from nri_numa.engine.config import ConfigError, EngineConfig
 from nri_numa.engine.context import EngineContext
 from nri_numa.engine.decision import Placement
 from nri_numa.engine.request import RequestError
-from nri_numa.nri import decision_log, resize, sync, translate
+from nri_numa.nri import decision_log, promotion, resize, sync, translate
 from nri_numa.nri.container_requests import (KubeletHints, RequestReader, pod_as_known,
                                              with_requested_devices, with_scheduled_numa)
 from nri_numa.nri.decision_log import log
@@ -49,6 +50,8 @@ from nri_numa.topology.model import Topology
 SendUpdates = Callable[[list[api.ContainerUpdate]], None]
 # (pod, container name, the engine's reason, the one line the runtime is told)
 OnRefusal = Callable[[PodRecord, str, str, str], None]
+# (pod, container name, one line saying why it runs without its exclusive CPUs)
+OnDegraded = Callable[[PodRecord, str, str], None]
 
 
 class NumaPlugin:
@@ -65,6 +68,7 @@ class NumaPlugin:
                  on_change: Callable[[], None] | None = None,
                  on_refusal: OnRefusal | None = None,
                  kubelet_state: KubeletPlacements | None = None,
+                 on_degraded: OnDegraded | None = None,
                  ) -> None:
         self._topology = topology
         self._granter = granter or DeviceGranter(topology)  # devices → nodes, rules, env
@@ -77,6 +81,10 @@ class NumaPlugin:
         self._on_change = on_change or (lambda: None)
         # Told of every container refused (the cluster's Event and eviction); must not block.
         self._on_refusal = on_refusal or (lambda pod, container, reason, text: None)
+        # Told once per degraded container (nri_numa.nri.promotion; the pod's Warning Event);
+        # must not block. ``_warned``: the containers told of, while they stay degraded.
+        self._on_degraded = on_degraded or (lambda pod, container, text: None)
+        self._warned: set[str] = set()
         self._metrics = metrics
         self._starts = StartCheck(cgroup_root)  # None: compare with the creation only
         # The kubelet's CPU and Memory Manager checkpoints, for the first Synchronize only: moving
@@ -86,6 +94,8 @@ class NumaPlugin:
         ctx = EngineContext.build(topology, config)
         self._state_file = StateFile(store, ctx)
         self._records = self._state_file.restore(ctx) or Records(Ledger(ctx))
+        self._degraded_count = 0  # for the gauge, which never takes the lock
+        self._count_degraded()
 
     # --- read-only views ----------------------------------------------------------------------
 
@@ -96,6 +106,11 @@ class NumaPlugin:
     @property
     def containers(self) -> dict[str, ContainerRecord]:
         return dict(self._records.containers)
+
+    @property
+    def degraded_count(self) -> int:
+        """Degraded containers (nri_numa.nri.promotion) as of the last committed change."""
+        return self._degraded_count
 
     def committed(self) -> tuple[EngineContext, Allocations]:
         """The ledger's context and allocations as last committed, never mid-transaction."""
@@ -125,11 +140,14 @@ class NumaPlugin:
                 uid, name = container.pod.uid, container.name
                 sync.adopt(records, self._reader, container,
                            kubelet.cpus_of(uid, name, container.id), kubelet.memory_of(uid, name))
+            # After the adoptions: a container already on free exclusive CPUs keeps them.
+            promoted = {p.record.id for p in promotion.promote(records)}
             updates = sync.restore_cpusets(records, {c.id: c for c in live},
-                                           self._topology.online_cpus)
+                                           self._topology.online_cpus, placed_now=promoted)
             updates += self._cgroups_missed(req.containers, {u.container_id for u in updates})
         log.info("synchronized: %d containers managed, shared pool %s, %d updates",
                  len(records.containers), format_list(records.shared), len(updates))
+        self._warn_degraded()
         return api.SynchronizeResponse(update=updates)
 
     def create_container(self, req: api.CreateContainerRequest) -> api.CreateContainerResponse:
@@ -157,7 +175,11 @@ class NumaPlugin:
             updates: list[api.ContainerUpdate] = []
             if record.in_ledger and req.HasField("linux_resources"):
                 with self._transaction():
-                    record, updates = resize.apply(self._records, record, self._resized(req))
+                    resized, updates = resize.apply(self._records, record, self._resized(req))
+                    if resized is not record:  # a smaller container may have freed room
+                        updates = _last_per_container(updates + self._promote(
+                            skip=record.id))
+                    record = resized
             cpus = self._records.cpus_of(record)
         # The runtime merges this into the update it is applying: our cpuset stays.
         return api.UpdateContainerResponse(update=[translate.cpuset_update(
@@ -187,13 +209,22 @@ class NumaPlugin:
         log.info("runtime asked nri-numa to shut down")
 
     def reconcile(self) -> list[api.ContainerUpdate]:
-        """The drift repair's updates: the ledger's cpuset for every started container whose
+        """The drift repair's updates: degraded containers placed where room has appeared
+        (nri_numa.nri.promotion), and the ledger's cpuset for every started container whose
         cgroup holds another one (nri_numa.nri.start_check); the caller sends them."""
         with self._lock:
             records = self._records
-            wanted = {record.id: Cpuset(records.cpus_of(record), record.mems)
-                      for record in records.containers.values()}
             updates = []
+            if records.containers.unplaced_ids:
+                try:
+                    with self._transaction():
+                        updates = self._promote()
+                except PluginError as e:  # not saved: rolled back, tried again next time
+                    log.warning("degraded containers not promoted: %s", e)
+                    updates = []
+            moved = {u.container_id for u in updates}
+            wanted = {record.id: Cpuset(records.cpus_of(record), record.mems)
+                      for record in records.containers.values() if record.id not in moved}
             for container_id in self._starts.drifted(wanted):
                 record = records.containers[container_id]
                 cpuset = wanted[container_id]
@@ -323,13 +354,55 @@ class NumaPlugin:
         for record in released:
             log.info("released container %s (%s) of pod %s", record.name, record.id,
                      record.pod_uid)
-        updates = self._records.shared_updates()
+        # What was freed may hold a degraded container (saved with the release).
+        updates = self._promote()
         try:
             self._state_file.save(self._records)
         except CheckpointError as e:
             log.error("state not saved after a release (kept in memory): %s", e)
+        self._count_degraded()
         self._on_change()
         return updates
+
+    # --- degraded containers (nri_numa.nri.promotion) ---------------------------------------
+
+    def _promote(self, skip: str | None = None) -> list[api.ContainerUpdate]:
+        """Place the degraded containers that fit now; the updates that move them onto their
+        CPUs and memory nodes, then the shared containers' (but ``skip``'s) when the pool
+        moved. The caller holds the lock and saves."""
+        records = self._records
+        if not records.containers.unplaced_ids:
+            return records.shared_updates(skip=skip)
+        moves = [translate.cpuset_update(p.record.id, p.placement.cpus, p.placement.mems)
+                 for p in promotion.promote(records)]
+        for update in moves:
+            self._warned.discard(update.container_id)
+        return moves + records.shared_updates(skip=skip)
+
+    def _count_degraded(self) -> None:
+        """The gauge's count, after a change; the caller holds the lock."""
+        records = self._records
+        self._degraded_count = (len(promotion.degraded(records))
+                                if records.containers.unplaced_ids else 0)
+
+    def _warn_degraded(self) -> None:
+        """One warning line, and one call of ``on_degraded`` (the pod's Event), for each
+        container newly found degraded: told once per agent process while it stays so."""
+        with self._lock:
+            records = self._records
+            found = promotion.degraded(records)
+            self._warned &= {record.id for record in found}
+            for record in found:
+                if record.id in self._warned:
+                    continue
+                self._warned.add(record.id)
+                pod = records.pods[record.sandbox_id]
+                text = (f"container {record.name} runs in the shared pool without the "
+                        "exclusive CPUs its QoS class gets: it was running before nri-numa "
+                        "could place it, and there was no room; it is moved onto them as soon "
+                        "as room appears")
+                log.warning("degraded %s: %s", decision_log.describe(pod, record.name), text)
+                self._on_degraded(pod, record.name, text)
 
     # --- configuration and persistence ------------------------------------------------------
 
@@ -370,7 +443,16 @@ class NumaPlugin:
     def _transaction(self) -> Iterator[None]:
         with self._state_file.transaction(self._records):
             yield
+        self._count_degraded()
         self._on_change()
+
+
+def _last_per_container(updates: list[api.ContainerUpdate]) -> list[api.ContainerUpdate]:
+    """One update per container, the last one made for it, in the order first made."""
+    last: dict[str, api.ContainerUpdate] = {}
+    for update in updates:
+        last[update.container_id] = update
+    return list(last.values())
 
 
 def _config_from_text(text: str) -> EngineConfig:

@@ -124,10 +124,12 @@ class TrackedDict(dict):
 
 class ContainerTable(TrackedDict):
     """The container records by id, indexed by sandbox and by pod uid (creation order within
-    each), and the shared ones by id, so that an event looks at its own pod's containers only
-    and a move of the pool at the shared containers only."""
+    each), the shared ones by id, and those not in the ledger by id (``unplaced_ids``: adopted
+    when they did not fit), so that an event looks at its own pod's containers only, a move of
+    the pool at the shared containers only, and a promotion pass (nri_numa.nri.promotion) at
+    the unplaced ones only — nothing at all when there are none."""
 
-    __slots__ = ("by_sandbox", "by_uid", "shared_ids")
+    __slots__ = ("by_sandbox", "by_uid", "shared_ids", "unplaced_ids")
 
     def __init__(self, items: Mapping[str, ContainerRecord] | None = None) -> None:
         super().__init__(items)
@@ -139,10 +141,15 @@ class ContainerTable(TrackedDict):
     def _put(self, key: str, value: ContainerRecord) -> None:
         old = self.get(key)
         if old is not None:
-            if (old.sandbox_id, old.pod_uid, old.exclusive) == (value.sandbox_id, value.pod_uid,
-                                                                value.exclusive):
+            if (old.sandbox_id, old.pod_uid) == (value.sandbox_id, value.pod_uid):
+                # Its place in its pod's order stays (a resize, a promotion); only the kind
+                # indexes follow a change of kind.
                 dict.__setitem__(self, key, value)
-                return  # indexed where it was: its place in its pod's order stays
+                if (old.exclusive, old.in_ledger) != (value.exclusive, value.in_ledger):
+                    self._keep_order()  # the kind indexes change order: a roll back rebuilds
+                    self._unindex_kind(old)
+                    self._index_kind(value)
+                return
             self._keep_order()  # its indexes change order: a roll back rebuilds them
             self._unindex(old)
         dict.__setitem__(self, key, value)
@@ -161,17 +168,27 @@ class ContainerTable(TrackedDict):
         self.by_sandbox: dict[str, dict[str, None]] = {}
         self.by_uid: dict[str, dict[str, None]] = {}
         self.shared_ids: dict[str, None] = {}
+        self.unplaced_ids: dict[str, None] = {}
         for record in self.values():
             self._index(record)
 
     def _index(self, record: ContainerRecord) -> None:
         self.by_sandbox.setdefault(record.sandbox_id, {})[record.id] = None
         self.by_uid.setdefault(record.pod_uid, {})[record.id] = None
+        self._index_kind(record)
+
+    def _index_kind(self, record: ContainerRecord) -> None:
         if not record.exclusive:
             self.shared_ids[record.id] = None
+        if not record.in_ledger:
+            self.unplaced_ids[record.id] = None
+
+    def _unindex_kind(self, record: ContainerRecord) -> None:
+        self.shared_ids.pop(record.id, None)
+        self.unplaced_ids.pop(record.id, None)
 
     def _unindex(self, record: ContainerRecord) -> None:
-        self.shared_ids.pop(record.id, None)
+        self._unindex_kind(record)
         for index, key in ((self.by_sandbox, record.sandbox_id), (self.by_uid, record.pod_uid)):
             ids = index.get(key)
             if ids is not None:

@@ -2,13 +2,15 @@
 
 Containers gone while the plugin was away are released. Running containers the plugin does not
 know are adopted: kept on their CPUs when those are exclusive-worthy and free, else placed, and
-one that does not fit only follows the shared pool; the devices nri-numa gave them (asked for by
-annotation) stay theirs. Then every managed container is put back on the cpuset the records
-expect, where the runtime says it runs elsewhere.
+one that does not fit only follows the shared pool (degraded, until room appears:
+nri_numa.nri.promotion); the devices nri-numa gave them (asked for by annotation) stay theirs.
+Then every managed container is put back on the cpuset the records expect, where the runtime
+says it runs elsewhere.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 
 from nri_numa.engine.admit import admit
 from nri_numa.engine.allocations import Allocations, AllocationsError, ContainerAllocation
@@ -223,9 +225,12 @@ def _adopt_in_place(records: Records, allocs: Allocations, pod: PodRequest,
 
 
 def restore_cpusets(records: Records, live: dict[str, RuntimeContainer],
-                    online: frozenset[int]) -> list[api.ContainerUpdate]:
+                    online: frozenset[int], placed_now: Iterable[str] = ()
+                    ) -> list[api.ContainerUpdate]:
     """Synchronize's updates: each container onto the cpuset we expect, from what the
-    runtime says it has now; a differing exclusive container is logged as drift."""
+    runtime says it has now; a differing exclusive container is logged as drift, but for those
+    of ``placed_now`` (promoted in this Synchronize: they are only now given their CPUs)."""
+    placed_now = frozenset(placed_now)
     shared = records.shared
     updates = []
     for record in list(records.containers.values()):
@@ -236,7 +241,7 @@ def restore_cpusets(records: Records, live: dict[str, RuntimeContainer],
         actual = live[record.id].cpuset_cpus or online
         if actual == expected:
             continue
-        if record.exclusive:
+        if record.exclusive and record.id not in placed_now:
             log.warning("drift: container %s (%s) runs on CPUs %s, expected %s; restoring",
                         record.name, record.id, format_list(actual), format_list(expected))
         updates.append(translate.cpuset_update(record.id, expected, record.mems))

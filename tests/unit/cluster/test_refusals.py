@@ -1,12 +1,14 @@
 """What a refusal leads to: an Event every time (counted per reason), an annotation on a bare
-pod, an eviction of a controller's pod after enough refusals and time, never twice."""
+pod, an eviction of a controller's pod after enough refusals and time, never twice; and what a
+degraded container leads to: one Warning Event, nothing else."""
 
 from __future__ import annotations
 
 import pytest
 
-from nri_numa.cluster.refusals import (EvictionPolicy, Refusal, RefusalTracker, controller_of,
-                                       event_body, event_name, refusal_message)
+from nri_numa.cluster.refusals import (DEGRADED_REASON, EvictionPolicy, Refusal, RefusalTracker,
+                                       controller_of, degraded_message, event_body, event_name,
+                                       message_handlers, refusal_message)
 
 
 def refusal(at: float, reason: str = "TopologyAffinityError", uid: str = "u1",
@@ -73,3 +75,71 @@ def test_the_controller_is_the_owner_marked_controller():
         {"kind": "Node", "name": "n"}, {"kind": "ReplicaSet", "name": "web-7f", "controller": True}]}}
     assert controller_of(owned) == "ReplicaSet/web-7f"
     assert controller_of({"metadata": {}}) is None
+
+
+class FakeCore:
+    """The calls PodActions makes of CoreV1Api, recorded; the pod it reads is ``pod``."""
+
+    def __init__(self, pod: dict) -> None:
+        self.pod = pod
+        self.events: list[dict] = []
+        self.pod_patches: list[dict] = []
+        self.evictions: list[str] = []
+
+    def read_namespaced_pod(self, name, namespace, **kwargs):
+        return self.pod
+
+    def create_namespaced_event(self, namespace, body, **kwargs):
+        self.events.append(body)
+
+    def patch_namespaced_event(self, name, namespace, body, **kwargs):
+        self.events.append(body)
+
+    def patch_namespaced_pod(self, name, namespace, body, **kwargs):
+        self.pod_patches.append(body)
+
+    def create_namespaced_pod_eviction(self, name, namespace, body, **kwargs):
+        self.evictions.append(name)
+
+
+class FakeApiClient:
+    def sanitize_for_serialization(self, value):
+        return value
+
+
+def handlers_for(pod: dict, monkeypatch) -> tuple[dict, FakeCore]:
+    import kubernetes.client
+
+    core = FakeCore(pod)
+    monkeypatch.setattr(kubernetes.client, "CoreV1Api", lambda api_client: core)
+    handlers = message_handlers(FakeApiClient(), lambda message: None,
+                                EvictionPolicy(evict=True, repeats=1, delay_s=0))
+    handlers["refusal"].__self__._eviction_version = "policy/v1"  # no API group to ask
+    return handlers, core
+
+
+def test_a_degraded_container_gets_one_warning_event_and_never_an_eviction(monkeypatch):
+    pod = {"metadata": {"uid": "u1", "ownerReferences": [
+        {"kind": "ReplicaSet", "name": "web-7f", "controller": True}]}}
+    handlers, core = handlers_for(pod, monkeypatch)
+    message = degraded_message("default", "web-1", "u1", "work", "container work runs in the "
+                               "shared pool without its exclusive CPUs", "node-a", at=10.0)
+    for _ in range(3):  # the agent sends one per container; a repeat changes nothing more
+        handlers["degraded"](message)
+    assert [e["reason"] for e in core.events] == [DEGRADED_REASON] * 3
+    first = core.events[0]
+    assert (first["type"], first["count"]) == ("Warning", 1)
+    assert first["message"].startswith("container work runs in the shared pool")
+    assert first["involvedObject"]["fieldPath"] == "spec.containers{work}"
+    assert {e["metadata"]["name"] for e in core.events} == {first["metadata"]["name"]}
+    assert not core.evictions and not core.pod_patches
+    # A refusal of the same pod is still its own Event, and still counts towards an eviction.
+    handlers["refusal"](refusal_message("default", "web-1", "u1", "work", "TopologyAffinityError",
+                                        "TopologyAffinityError: no room", "node-a", at=11.0))
+    assert core.evictions == ["web-1"]
+
+
+def test_no_event_for_a_degraded_container_whose_pod_is_gone(monkeypatch):
+    handlers, core = handlers_for({"metadata": {"uid": "another"}}, monkeypatch)
+    handlers["degraded"](degraded_message("default", "web-1", "u1", "work", "text", "node-a"))
+    assert not core.events

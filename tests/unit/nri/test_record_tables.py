@@ -15,9 +15,11 @@ from nri_numa.nri.record_tables import ContainerTable, TrackedDict
 from nri_numa.state.plugin_records import ContainerRecord
 
 
-def record(cid: str, sandbox: str, exclusive: bool = False) -> ContainerRecord:
+def record(cid: str, sandbox: str, exclusive: bool = False,
+           in_ledger: bool = True) -> ContainerRecord:
     return ContainerRecord(cid, sandbox, f"uid-{sandbox}", ContainerRequest(cid[:1] or "x"),
-                           frozenset({1}) if exclusive else frozenset(), exclusive)
+                           frozenset({1}) if exclusive else frozenset(), exclusive,
+                           in_ledger=in_ledger or exclusive)
 
 
 def test_changes_are_noted_in_the_order_they_leave_the_table() -> None:
@@ -44,12 +46,26 @@ def test_a_roll_back_restores_table_order_indexes_and_pending_changes(seed: int)
         if key in table and rng.random() < 0.4:
             del table[key]
         else:
-            table[key] = record(key, f"s{rng.randrange(4)}", rng.random() < 0.5)
+            table[key] = record(key, f"s{rng.randrange(4)}", rng.random() < 0.5,
+                                in_ledger=rng.random() < 0.5)
     table.roll_back(undo)
     assert dict(table) == before[0] and list(table) == before[1] and table.changed == before[2]
     fresh = ContainerTable(dict(table))
     assert table.by_sandbox == fresh.by_sandbox and table.by_uid == fresh.by_uid
     assert list(table.shared_ids) == list(fresh.shared_ids)
+    assert list(table.unplaced_ids) == list(fresh.unplaced_ids)
+
+
+def test_the_unplaced_index_follows_a_container_placed_in_place() -> None:
+    table = ContainerTable({"a": record("a", "s", in_ledger=False), "b": record("b", "s")})
+    assert list(table.unplaced_ids) == ["a"]
+    table["a"] = record("a", "s")  # placed (promoted): same pod, still shared, now admitted
+    assert not table.unplaced_ids and [r.id for r in table.of_sandbox("s")] == ["a", "b"]
+    undo = table.begin()
+    table["b"] = record("b", "s", in_ledger=False)
+    del table["a"]
+    table.roll_back(undo)
+    assert not table.unplaced_ids
 
 
 def test_an_updated_record_keeps_its_place_in_its_pod() -> None:
