@@ -94,10 +94,9 @@ class VmDir:
     def ssh_command(self) -> list[str]:
         try:
             port = int((self / "ssh-port").read_text())
-            image = Path((self / "image").read_text().strip())
         except (OSError, ValueError):
             raise VmError(f"{self.path} holds no guest: run `numa-vm up {self.path} --layout FILE` first") from None
-        return ["ssh", "-q", "-p", str(port), "-i", str(image / "id_ed25519"),
+        return ["ssh", "-q", "-p", str(port), "-i", str(self / "id_ed25519"),
                 "-o", "BatchMode=yes", "-o", "IdentitiesOnly=yes", "-o", "HostKeyAlias=numa-vm",
                 "-o", f"UserKnownHostsFile={self / 'known_hosts'}", "-o", "StrictHostKeyChecking=yes",
                 "-o", "ConnectTimeout=10", "-o", "ServerAliveInterval=15", "-o", "ServerAliveCountMax=8",
@@ -249,6 +248,10 @@ def up(vm: VmDir, layout_file: str) -> Layout:
     image = current_image()
     (vm / "image").write_text(f"{image}\n")
     (vm / "layout.json").write_text(resolve_path(layout_file).read_text())
+    # The guest's keys travel with DIR: a newer image may replace this one while the guest runs.
+    (vm / "id_ed25519").unlink(missing_ok=True)
+    shutil.copy2(image / "id_ed25519", vm / "id_ed25519")
+    os.chmod(vm / "id_ed25519", 0o600)
     host_key = (image / "host_key.pub").read_text().split()
     (vm / "known_hosts").write_text(f"numa-vm {host_key[0]} {host_key[1]}\n")
     (vm / "root.qcow2").unlink(missing_ok=True)

@@ -114,9 +114,11 @@ def _common(paths: DaemonPaths, version: int, log_level: str) -> TomlTable:
     }
 
 
-def _runc(paths: DaemonPaths, runc: Path) -> TomlTable:
+def _runc(paths: DaemonPaths, runc: Path, systemd_cgroup: bool = False) -> TomlTable:
+    """runc with the cgroupfs driver, or (systemd_cgroup) the systemd one: runc then asks systemd
+    for a cri-containerd-<id>.scope in the pod's slice, as on a node whose kubelet uses systemd."""
     return {"runtime_type": "io.containerd.runc.v2",
-            "options": {"BinaryName": str(runc), "Root": str(paths.runc_root), "SystemdCgroup": False}}
+            "options": {"BinaryName": str(runc), "Root": str(paths.runc_root), "SystemdCgroup": systemd_cgroup}}
 
 
 def _shared_plugins(paths: DaemonPaths) -> TomlTable:
@@ -138,7 +140,7 @@ def _cdi(spec_dirs: tuple[str, ...] | None) -> TomlTable:
 
 
 def config_v2(paths: DaemonPaths, sandbox_image: str, runc: Path = RUNC, log_level: str = "info",
-              cdi_spec_dirs: tuple[str, ...] | None = None) -> TomlTable:
+              cdi_spec_dirs: tuple[str, ...] | None = None, systemd_cgroup: bool = False) -> TomlTable:
     """containerd 1.7's format: one "io.containerd.grpc.v1.cri" plugin holds all of CRI.
     restrict_oom_score_adj: this VM refuses a negative oom_score_adj (no CAP_SYS_RESOURCE) and runc
     would fail with "can't get final child's PID from pipe"."""
@@ -148,7 +150,7 @@ def config_v2(paths: DaemonPaths, sandbox_image: str, runc: Path = RUNC, log_lev
         **_cdi(cdi_spec_dirs),
         "stream_server_port": "0",
         "containerd": {"default_runtime_name": "runc", "snapshotter": "overlayfs",
-                       "runtimes": {"runc": _runc(paths, runc)}},
+                       "runtimes": {"runc": _runc(paths, runc, systemd_cgroup)}},
         "cni": {"bin_dir": str(paths.cni / "bin"), "conf_dir": str(paths.cni / "net.d")},
     }
     return {**_common(paths, 2, log_level),
@@ -156,12 +158,13 @@ def config_v2(paths: DaemonPaths, sandbox_image: str, runc: Path = RUNC, log_lev
 
 
 def config_v3(paths: DaemonPaths, sandbox_image: str, runc: Path = RUNC, log_level: str = "info",
-              cdi_spec_dirs: tuple[str, ...] | None = None) -> TomlTable:
+              cdi_spec_dirs: tuple[str, ...] | None = None, systemd_cgroup: bool = False) -> TomlTable:
     """containerd 2.x's format: images, runtime and the gRPC server are separate CRI plugins."""
     runtime = {
         "restrict_oom_score_adj": True,
         **_cdi(cdi_spec_dirs),
-        "containerd": {"default_runtime_name": "runc", "runtimes": {"runc": _runc(paths, runc)}},
+        "containerd": {"default_runtime_name": "runc",
+                       "runtimes": {"runc": _runc(paths, runc, systemd_cgroup)}},
         "cni": {"bin_dirs": [str(paths.cni / "bin")], "conf_dir": str(paths.cni / "net.d")},
     }
     return {**_common(paths, 3, log_level), "plugins": {
@@ -183,8 +186,9 @@ class ContainerdDaemon:
 
     def __init__(self, binaries: ContainerdBinaries, base: Path, sandbox_image: str,
                  runc: Path = RUNC, log_level: str = "info", log: Path | None = None,
-                 cdi_spec_dirs: tuple[str, ...] | None = None) -> None:
+                 cdi_spec_dirs: tuple[str, ...] | None = None, systemd_cgroup: bool = False) -> None:
         self.binaries = binaries
+        self.systemd_cgroup = systemd_cgroup  # runc's systemd cgroup driver (SystemdCgroup = true)
         self.cdi_spec_dirs = cdi_spec_dirs  # None: CDI off
         self.paths = DaemonPaths(base, log or base / "containerd.log")
         self.sandbox_image = sandbox_image
@@ -202,7 +206,8 @@ class ContainerdDaemon:
 
     def config(self) -> TomlTable:
         make = config_v2 if self.binaries.major == 1 else config_v3
-        return make(self.paths, self.sandbox_image, self.runc, self.log_level, self.cdi_spec_dirs)
+        return make(self.paths, self.sandbox_image, self.runc, self.log_level, self.cdi_spec_dirs,
+                    self.systemd_cgroup)
 
     def _env(self) -> dict[str, str]:
         # containerd finds its shim (containerd-shim-runc-v2) on PATH: put this version's first.

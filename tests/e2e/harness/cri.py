@@ -58,8 +58,16 @@ def qos_class(containers: list[Resources]) -> QoS:
     return QoS.BURSTABLE
 
 
-def cgroup_parent(qos: QoS, pod_uid: str) -> str:
-    """The pod cgroup the kubelet's cgroupfs driver makes; its path is how NRI plugins tell the QoS."""
+def cgroup_parent(qos: QoS, pod_uid: str, driver: str = "cgroupfs") -> str:
+    """The pod cgroup the kubelet makes; its path is how NRI plugins tell the QoS. cgroupfs:
+    ``/kubepods[/burstable|/besteffort]/pod<uid>``; systemd: the slice's unit name,
+    ``kubepods[-burstable|-besteffort]-pod<uid>.slice`` with the uid's dashes as underscores
+    (a dash nests slices), which the kubelet hands CRI as it is."""
+    if driver == "systemd":
+        qos_part = "" if qos is QoS.GUARANTEED else f"-{qos.value}"
+        return f"kubepods{qos_part}-pod{pod_uid.replace('-', '_')}.slice"
+    if driver != "cgroupfs":
+        raise ValueError(f"cgroup driver {driver!r}: cgroupfs or systemd")
     if qos is QoS.GUARANTEED:
         return f"/kubepods/pod{pod_uid}"
     return f"/kubepods/{qos.value}/pod{pod_uid}"
@@ -130,6 +138,7 @@ class Pod:
     containers: tuple[Resources, ...] = (Resources(),)
     namespace: str = "default"
     uid: str = field(default_factory=lambda: str(uuid.uuid4()))
+    cgroup_driver: str = "cgroupfs"  # the kubelet's: cgroupfs or systemd
 
     @property
     def qos(self) -> QoS:
@@ -137,7 +146,7 @@ class Pod:
 
     @property
     def cgroup_parent(self) -> str:
-        return cgroup_parent(self.qos, self.uid)
+        return cgroup_parent(self.qos, self.uid, self.cgroup_driver)
 
     @property
     def labels(self) -> dict[str, str]:

@@ -1,0 +1,186 @@
+"""Runs in the numa-vm guest: pods through real containerd (SystemdCgroup = true, cgroup v2) and
+`nri-numa run`, and what each container really got, as JSON on standard output.
+
+    numa-vm exec DIR -- python3 -m tests.e2e_vm.guest_pods < plan.json
+
+The plan (written by the tests on the host, tests/e2e_vm/guest_plan.py):
+    {"containerd": "2.1.9",
+     "scenarios": [{"name": "cpu", "config": {KubeletConfiguration keys},
+                    "pods": [{"name": "g2", "cpu_m": 2000, "memory_mib": 64,
+                              "command": ["sh", "-c", "..."],     (optional)
+                              "hugepages_2m_mib": 0,               (optional)
+                              "wait_anon_mib": 256}]}]}            (optional: wait until the
+                                                                    container holds this much anon)
+Each scenario gets a fresh `nri-numa run` (its own state folder) on the one containerd, its pods
+are run in order and all removed at its end. The answer, per scenario and pod: the container's
+cgroup (from /proc/<pid>/cgroup), its cpuset files, Cpus/Mems_allowed_list inside it, its
+memory.numa_stat, or the error CreateContainer gave; the agent's log; the seconds each step took.
+
+It reuses the e2e harness (tests/e2e/harness) and the agent driver (tests/e2e/nri_agent.py): the
+same containerd configs, CRI client, pod shapes and busybox image as the tier on the host."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+from pathlib import Path
+
+import grpc
+
+import tests.e2e.nri_agent as nri_agent
+from tests.e2e.harness.cgroups import CgroupLayout, allowed_inside, detect_layout, process_cgroup, read_cpuset
+from tests.e2e.harness.containerd import ContainerdDaemon
+from tests.e2e.harness.cri import CriClient, Pod, Resources
+from tests.e2e.harness.image import build_image, import_image
+from tests.e2e.harness.runtimes import find_runtimes
+
+MiB = 1 << 20
+GUEST_AGENT = Path("/usr/local/bin/nri-numa")  # scripts/vm-deps: the checkout's nri_numa, on the src disk
+WAIT_ANON_TIMEOUT_S = 120.0
+AGENT_ARGS = ("--pod-resources-socket", "", "--metrics-address", "off")
+
+
+def log(message: str) -> None:
+    print(f"guest_pods: {message}", file=sys.stderr, flush=True)
+
+
+def numa_stat(layout: CgroupLayout, cgroup: str) -> dict[str, dict[int, int]]:
+    """memory.numa_stat: {"anon": {node: bytes}, ...}."""
+    stats: dict[str, dict[int, int]] = {}
+    for line in (layout.mount / cgroup.lstrip("/") / "memory.numa_stat").read_text().splitlines():
+        key, *per_node = line.split()
+        stats[key] = {int(n.split("=")[0][1:]): int(n.split("=")[1]) for n in per_node}
+    return stats
+
+
+def wait_anon(layout: CgroupLayout, cgroup: str, at_least: int) -> dict[str, dict[int, int]]:
+    deadline = time.monotonic() + WAIT_ANON_TIMEOUT_S
+    while True:
+        stats = numa_stat(layout, cgroup)
+        if sum(stats.get("anon", {}).values()) >= at_least or time.monotonic() > deadline:
+            return stats
+        time.sleep(0.5)
+
+
+def resources(spec: dict) -> Resources:
+    memory = spec.get("memory_mib", 64) * MiB
+    cpu = spec.get("cpu_m", 0)
+    if spec.get("besteffort"):
+        return Resources()
+    return Resources(cpu_request_m=cpu, cpu_limit_m=cpu, memory_request=memory, memory_limit=memory)
+
+
+def container_config(pod: Pod, spec: dict, image_ref: str):  # -> cri.ContainerConfig
+    config = pod.container_config("work", image_ref, command=spec.get("command"))
+    hugepages = spec.get("hugepages_2m_mib", 0)
+    if hugepages:
+        limit = config.linux.resources.hugepage_limits.add()
+        limit.page_size, limit.limit = "2MB", hugepages * MiB
+    return config
+
+
+def run_pod(client: CriClient, layout: CgroupLayout, spec: dict, image_ref: str) -> dict:
+    pod = Pod(spec["name"], (resources(spec),), cgroup_driver="systemd")
+    got: dict[str, object] = {"cgroup_parent": pod.cgroup_parent, "qos": pod.qos.value}
+    began = time.monotonic()
+    sandbox = client.run_pod(pod)
+    try:
+        container = client.create_container(sandbox, container_config(pod, spec, image_ref))
+    except grpc.RpcError as exc:
+        got.update(created=False, error=f"{exc.code().name}: {exc.details()}")
+        return got
+    got["create_s"] = round(time.monotonic() - began, 2)
+    client.start_container(container)
+    got["start_s"] = round(time.monotonic() - began, 2)
+    info = client.container_info(container)
+    cgroup = process_cgroup(int(info["pid"]), layout)  # type: ignore[arg-type]
+    cpuset = read_cpuset(layout, cgroup)
+    inside = allowed_inside(client, container)
+    got.update(created=True, container_id=container, cgroups_path=info["runtimeSpec"]["linux"]["cgroupsPath"],
+               cgroup=cgroup, cpus=cpuset.cpus, cpus_effective=cpuset.effective_cpus, mems=cpuset.mems,
+               mems_effective=cpuset.effective_mems, inside_cpus=inside.cpus, inside_mems=inside.mems)
+    if spec.get("wait_anon_mib"):
+        got["numa_stat"] = wait_anon(layout, cgroup, spec["wait_anon_mib"] * MiB)
+    hugetlb = layout.mount / cgroup.lstrip("/") / "hugetlb.2MB.max"
+    if hugetlb.is_file():
+        got["hugetlb_2mb_max"] = hugetlb.read_text().strip()
+    return got
+
+
+def shared_pool_now(client: CriClient, layout: CgroupLayout, names: dict[str, str]) -> dict[str, str]:
+    """cpuset.cpus.effective of every container again, after the last pod ran."""
+    now = {}
+    for name, container in names.items():
+        pid = client.container_info(container)["pid"]
+        now[name] = read_cpuset(layout, process_cgroup(int(pid), layout)).effective_cpus  # type: ignore[arg-type]
+    return now
+
+
+def run_scenario(daemon: ContainerdDaemon, layout: CgroupLayout, image_ref: str, scenario: dict,
+                 folder: Path) -> dict:
+    result: dict[str, object] = {"pods": {}}
+    agent = nri_agent.Agent(daemon.paths.nri_socket, folder, extra_args=AGENT_ARGS)
+    agent.config_file.write_text(json.dumps(scenario["config"]) + "\n")
+    client = daemon.cri()
+    try:
+        result["connect_s"] = round(nri_agent.start_and_connect(daemon, agent, timeout_s=60), 2)
+        for spec in scenario["pods"]:
+            result["pods"][spec["name"]] = run_pod(client, layout, spec, image_ref)  # type: ignore[index]
+        live = {name: got["container_id"] for name, got in result["pods"].items()  # type: ignore[union-attr]
+                if got.get("created")}
+        result["cpus_effective_at_end"] = shared_pool_now(client, layout, live)
+        state = subprocess.run([str(GUEST_AGENT), "state", "--state-dir", str(agent.state_dir), "--json"],
+                               capture_output=True, text=True, timeout=60, check=False)
+        result["state"] = {"status": state.returncode, "stdout": state.stdout, "stderr": state.stderr[-2000:]}
+    except Exception:  # noqa: BLE001 - the host test shows it with the agent's log
+        result["error"] = traceback.format_exc()
+    finally:
+        errors = client.remove_all()
+        client.close()
+        agent.stop()
+        # The pods' slices: the kubelet would remove them; systemd stops the whole tree.
+        subprocess.run(["systemctl", "stop", "kubepods.slice"], capture_output=True, timeout=60, check=False)
+        result["cleanup_errors"] = errors
+        result["agent_log"] = agent.log_text()[-20000:]
+        result["agent_alive_at_end"] = agent.alive()
+    return result
+
+
+def main() -> int:
+    plan = json.load(sys.stdin)
+    nri_agent.AGENT = GUEST_AGENT
+    runtimes = find_runtimes()
+    layout = detect_layout()
+    base = Path(tempfile.mkdtemp(prefix="vm-e2e-", dir="/tmp"))
+    answer: dict[str, object] = {"containerd": plan["containerd"], "scenarios": {}}
+    image = build_image(runtimes.busybox, base)
+    daemon = ContainerdDaemon(runtimes.containerd[plan["containerd"]], base / "containerd", image.ref,
+                              log=base / "containerd.log", systemd_cgroup=True)
+    try:
+        answer["containerd_start_s"] = round(daemon.start(timeout_s=120), 2)
+        import_image(daemon.binaries.ctr, daemon.address, image, timeout_s=120)
+        for scenario in plan["scenarios"]:
+            began = time.monotonic()
+            folder = base / f"agent-{scenario['name']}"
+            folder.mkdir()
+            log(f"scenario {scenario['name']} on containerd {plan['containerd']}")
+            got = run_scenario(daemon, layout, image.ref, scenario, folder)
+            got["seconds"] = round(time.monotonic() - began, 1)
+            answer["scenarios"][scenario["name"]] = got  # type: ignore[index]
+    except Exception:  # noqa: BLE001
+        answer["error"] = traceback.format_exc()
+    finally:
+        answer["containerd_log_tail"] = daemon.log_tail(60)
+        answer["cleanup_problems"] = daemon.cleanup()
+        shutil.rmtree(base, ignore_errors=True)
+    json.dump(answer, sys.stdout)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
