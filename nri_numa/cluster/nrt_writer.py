@@ -156,15 +156,21 @@ class KubernetesNrtApi:
 
     @staticmethod
     def _call(method: Any, *args: Any) -> Any:
-        from kubernetes.client.exceptions import ApiException
-        from urllib3.exceptions import HTTPError
+        return call_api(method, *args)
 
-        try:
-            return method(*args, _request_timeout=REQUEST_TIMEOUT)
-        except ApiException as e:
-            raise ApiError(e.status or 0, f"{e.status} {e.reason}: {_body_message(e.body)}") from None
-        except (HTTPError, OSError) as e:
-            raise ApiError(0, f"no answer: {str(e)[:300]}") from None
+
+def call_api(method: Any, *args: Any, **kwargs: Any) -> Any:
+    """``method(*args, **kwargs)`` of the ``kubernetes`` client, bounded by REQUEST_TIMEOUT; an
+    ApiError with one line (the status and the server's message) when it fails."""
+    from kubernetes.client.exceptions import ApiException
+    from urllib3.exceptions import HTTPError
+
+    try:
+        return method(*args, **kwargs, _request_timeout=REQUEST_TIMEOUT)
+    except ApiException as e:
+        raise ApiError(e.status or 0, f"{e.status} {e.reason}: {_body_message(e.body)}") from None
+    except (HTTPError, OSError) as e:
+        raise ApiError(0, f"no answer: {str(e)[:300]}") from None
 
 
 def _body_message(body: Any) -> str:

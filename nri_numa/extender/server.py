@@ -7,7 +7,8 @@ server cannot read gets a 400 with one line, never a traceback.
 With a TLS context (``tls_context``) every connection must present a client certificate signed
 by the client CA: the handshake runs in the connection's own thread, bounded by
 ``HANDSHAKE_SECONDS``, and a connection that fails it is closed with one log line, before any
-request of it is read.
+request of it is read (one closed before saying anything, as a TCP readiness probe does, is
+logged at debug level only).
 """
 
 from __future__ import annotations
@@ -70,6 +71,10 @@ class ExtenderServer(ThreadingHTTPServer):
         request.settimeout(HANDSHAKE_SECONDS)
         try:
             connection = self.tls.wrap_socket(request, server_side=True)
+        except (ssl.SSLEOFError, ConnectionError) as e:  # closed unheard: a TCP probe, not a request
+            log.debug("a connection from %s closed before its TLS handshake: %s",
+                      client_address[0], e)
+            return
         except (OSError, ssl.SSLError) as e:
             log.warning("refused a connection from %s: TLS handshake failed (%s)",
                         client_address[0],

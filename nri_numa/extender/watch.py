@@ -9,8 +9,8 @@ objects. An update to the pod itself moves it back to the active queue at once (
 ``PriorityQueue.Update``: any change but its resourceVersion, generation or status). So when a
 node's publication frees room, ``Retrier`` writes ``RETRY_ANNOTATION`` on each Pending pod filter
 refused on that node, once per publication; and when the extender starts, on each Pending pod of
-its scheduler whose PodScheduled condition carries an nri-numa refusal (it has no memory of
-them).
+its scheduler that the scheduler tried and could not place (the extender has no memory of the
+pods it refused before, and while it was down the scheduler could not ask it).
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from nri_numa.cluster.nrt import GROUP, PLURAL, VERSION
+from nri_numa.cluster.nrt_writer import ApiError, call_api
 from nri_numa.extender.cache import NodeCache
 from nri_numa.extender.verbs import Extender, RefusedPod
 
@@ -88,11 +89,10 @@ class ApiPods:
         self._client = client
 
     def read_pod(self, namespace: str, name: str) -> Mapping[str, Any] | None:
-        from kubernetes.client.exceptions import ApiException
-
         try:
-            answer = self._core.read_namespaced_pod(name, namespace, _preload_content=False)
-        except ApiException as e:
+            answer = call_api(self._core.read_namespaced_pod, name, namespace,
+                              _preload_content=False)
+        except ApiError as e:
             if e.status == 404:
                 return None
             raise
@@ -100,8 +100,8 @@ class ApiPods:
 
     def annotate(self, namespace: str, name: str, uid: str, annotations: Mapping[str, str]) -> None:
         # metadata.uid in a merge patch is checked against the pod's (it cannot change).
-        self._core.patch_namespaced_pod(
-            name, namespace, {"metadata": {"uid": uid, "annotations": dict(annotations)}})
+        call_api(self._core.patch_namespaced_pod, name, namespace,
+                 {"metadata": {"uid": uid, "annotations": dict(annotations)}})
 
     def bind(self, namespace: str, name: str, uid: str, node: str,
              annotations: Mapping[str, str]) -> None:
@@ -111,13 +111,15 @@ class ApiPods:
         body = c.V1Binding(metadata=c.V1ObjectMeta(name=name, namespace=namespace, uid=uid),
                            target=c.V1ObjectReference(kind="Node", name=node, api_version="v1"))
         # The client cannot read the Binding's answer (a Status) back into V1Binding.
-        self._core.create_namespaced_binding(namespace, body, _preload_content=False)
+        call_api(self._core.create_namespaced_pod_binding, name, namespace, body,
+                 _preload_content=False)  # pods/binding, as kube-scheduler binds
 
     def refused_pending(self, scheduler_name: str) -> list[RefusedPod]:
-        """The Pending, unbound pods of ``scheduler_name`` that the scheduler could not place
-        for a reason of nri-numa's."""
-        answer = self._core.list_pod_for_all_namespaces(
-            field_selector="spec.nodeName=,status.phase=Pending", _preload_content=False)
+        """The Pending, unbound pods of ``scheduler_name`` that the scheduler tried and could
+        not place (for nri-numa's reason, or because no extender answered)."""
+        answer = call_api(self._core.list_pod_for_all_namespaces,
+                          field_selector="spec.nodeName=,status.phase=Pending",
+                          _preload_content=False)
         pods = []
         for item in json.loads(answer.data).get("items") or []:
             meta, spec = item.get("metadata") or {}, item.get("spec") or {}
@@ -125,7 +127,7 @@ class ApiPods:
                 continue
             conditions = (item.get("status") or {}).get("conditions") or []
             if any(c.get("type") == "PodScheduled" and c.get("status") == "False"
-                   and "nri-numa:" in str(c.get("message") or "") for c in conditions):
+                   for c in conditions):
                 pods.append(RefusedPod(meta.get("namespace", ""), meta.get("name", ""),
                                        meta.get("uid", "")))
         return pods

@@ -25,10 +25,13 @@ def free_port() -> int:
 class ApiServer:
     """etcd and kube-apiserver on free 127.0.0.1 ports, in a folder of their own."""
 
-    def __init__(self, folder: Path) -> None:
+    def __init__(self, folder: Path, users: dict[str, str] | None = None) -> None:
+        """``users``: more static tokens, user name → token (RBAC decides what they may do; a
+        ``system:serviceaccount:NS:NAME`` user is that ServiceAccount to RBAC)."""
         self.folder = folder
         self.children: list[subprocess.Popen] = []
         self.token = secrets.token_hex(16)
+        self.users = users or {}
         self.port = free_port()
         self.kubeconfig = folder / "kubeconfig"
 
@@ -36,7 +39,10 @@ class ApiServer:
         binaries = find_binaries()
         pki = self.folder / "pki"
         pki.mkdir(parents=True)
-        (pki / "tokens.csv").write_text(f"{self.token},admin,admin,system:masters\n")
+        (pki / "tokens.csv").write_text(
+            f"{self.token},admin,admin,system:masters\n"
+            + "".join(f'{token},{user},{user},"system:authenticated,system:serviceaccounts"\n'
+                      for user, token in self.users.items()))
         subprocess.run(["openssl", "genrsa", "-out", str(pki / "sa.key"), "2048"], check=True,
                        capture_output=True)
         subprocess.run(["openssl", "rsa", "-in", str(pki / "sa.key"), "-pubout", "-out",
@@ -64,6 +70,9 @@ class ApiServer:
             f"users:\n- name: a\n  user:\n    token: {self.token}\n"
             "contexts:\n- name: b\n  context:\n    cluster: b\n    user: a\ncurrent-context: b\n")
         kube = Kube(server, self.token, binaries["kubectl"], self.kubeconfig)
+        for user, token in self.users.items():
+            self.user_kubeconfig(user).write_text(self.kubeconfig.read_text().replace(
+                self.token, token))
         deadline = time.monotonic() + 60
         while not kube.readyz():
             if time.monotonic() > deadline:
@@ -80,6 +89,9 @@ class ApiServer:
                 return kube
             except ApiError:
                 time.sleep(0.2)
+
+    def user_kubeconfig(self, user: str) -> Path:
+        return self.folder / f"kubeconfig-{user.replace(':', '-')}"
 
     def stop(self) -> None:
         for child in reversed(self.children):

@@ -6,9 +6,11 @@ virtual nodes (tests/e2e_k8s/test_scheduler_extender.py, and `scripts/k8s-lab up
 
 - ``virtual-nodes``: ``python -m nri_numa.cluster.virtual_nodes`` keeping `VIRTUAL_NODES`
   Ready and publishing their node state (no kubelet: pods bound there never run);
-- ``nri-numa-extender``: ``nri-numa scheduler-extender`` on a free 127.0.0.1 port;
+- ``nri-numa-extender``: ``nri-numa scheduler-extender`` on a free 127.0.0.1 port, over HTTPS
+  with client certificates (a server CA and a client CA made with openssl in ``<folder>/tls``);
 - kube-scheduler again, with ``--config`` naming a KubeSchedulerConfiguration whose
-  ``extenders`` entry is packaging/kubernetes/kube-scheduler-config.yaml's, pointed at that port.
+  ``extenders`` entry is packaging/kubernetes/kube-scheduler-config.yaml's, pointed at that port
+  and at the lab's certificate files.
 
 `down()` puts the lab's own kube-scheduler back and stops the other two (the keeper deletes its
 nodes and the pods bound to them), so the lab's other tests see the lab they always saw.
@@ -17,6 +19,7 @@ nodes and the pods bound to them), so the lab's other tests see the lab they alw
 from __future__ import annotations
 
 import json
+import ssl
 import urllib.request
 from pathlib import Path
 from typing import Any
@@ -24,6 +27,7 @@ from typing import Any
 import yaml
 
 from nri_numa.cluster.nrt import GROUP, PLURAL, VERSION
+from tests.certificates import KeyPair, make_ca, make_signed
 from tests.e2e.harness.runtimes import REPO
 from tests.e2e_k8s.kube import ApiError, Kube, wait_for
 from tests.e2e_k8s.lab import AGENT, NODE_NAME, Lab, LabFailed, free_port
@@ -40,23 +44,42 @@ NRT_PATH = f"/apis/{GROUP}/{VERSION}/{PLURAL}"
 READY_S = 60.0
 
 
-def scheduler_config(kubeconfig: Path, extender_port: int, health_port: int) -> dict[str, Any]:
+class LabCertificates:
+    """The lab's TLS files: the extender's certificate (for 127.0.0.1) and kube-scheduler's
+    client certificate, each signed by a CA of its own."""
+
+    def __init__(self, folder: Path) -> None:
+        self.server_ca = make_ca(folder, "server-ca")
+        self.client_ca = make_ca(folder, "client-ca")
+        self.server = make_signed(folder, "extender", self.server_ca, server=True)
+        self.scheduler = make_signed(folder, "kube-scheduler", self.client_ca, server=False)
+
+    def extender_args(self) -> list[str]:
+        return ["--tls-cert", str(self.server.cert), "--tls-key", str(self.server.key),
+                "--client-ca", str(self.client_ca.cert)]
+
+
+def scheduler_config(kubeconfig: Path, extender_port: int, health_port: int,
+                     client: KeyPair, server_ca: Path) -> dict[str, Any]:
     """The lab's KubeSchedulerConfiguration: the packaged one's extender, pointed at the
-    extender on 127.0.0.1, with the lab's client, no leader election, health on 127.0.0.1."""
+    extender on 127.0.0.1 and the lab's certificate files, with the lab's client, no leader
+    election, health on 127.0.0.1."""
     packaged = yaml.safe_load(PACKAGED_CONFIG.read_text())
     [extender] = packaged["extenders"]
     health = f"127.0.0.1:{health_port}"  # with --config, --port no longer applies
+    tls = {**extender["tlsConfig"], "certFile": str(client.cert), "keyFile": str(client.key),
+           "caFile": str(server_ca)}
     return {"apiVersion": packaged["apiVersion"], "kind": packaged["kind"],
             "clientConnection": {"kubeconfig": str(kubeconfig)},
             "leaderElection": {"leaderElect": False},
             "healthzBindAddress": health, "metricsBindAddress": health,
-            "extenders": [{**extender,
-                           "urlPrefix": f"http://127.0.0.1:{extender_port}/nri-numa"}]}
+            "extenders": [{**extender, "tlsConfig": tls,
+                           "urlPrefix": f"https://127.0.0.1:{extender_port}/nri-numa"}]}
 
 
-def _answers(url: str) -> bool:
+def _answers(url: str, context: ssl.SSLContext | None = None) -> bool:
     try:
-        with urllib.request.urlopen(url, timeout=2.0) as answer:  # noqa: S310 (127.0.0.1)
+        with urllib.request.urlopen(url, timeout=2.0, context=context) as answer:  # noqa: S310
             return answer.status == 200
     except OSError:
         return False
@@ -69,6 +92,26 @@ class ExtenderLab:
         self.health_port = free_port()
         self.config_file = lab.folder / "kube-scheduler-extender.yaml"
         self._plain_scheduler: list[str] = []
+        self.certificates: LabCertificates | None = None
+
+    @property
+    def url(self) -> str:
+        return f"https://127.0.0.1:{self.extender_port}"
+
+    def client_context(self, client: KeyPair | None) -> ssl.SSLContext:
+        """A client's TLS context that trusts the extender; with ``client``'s certificate."""
+        context = ssl.create_default_context(cafile=str(self.certificates.server_ca.cert))
+        if client is not None:
+            context.load_cert_chain(str(client.cert), str(client.key))
+        return context
+
+    def start_extender(self) -> None:
+        self.lab._start(EXTENDER, [str(AGENT), "scheduler-extender", "--listen",
+                                   f"127.0.0.1:{self.extender_port}", "--kubeconfig",
+                                   str(self.lab.kubeconfig), *self.certificates.extender_args()])
+        scheduler = self.client_context(self.certificates.scheduler)
+        self._wait(lambda: _answers(f"{self.url}/healthz", scheduler),
+                   "the extender to serve", EXTENDER)
 
     def up(self) -> None:
         lab = self.lab
@@ -78,13 +121,11 @@ class ExtenderLab:
                    "the virtual nodes Ready and without the not-ready taint", KEEPER)
         self._wait(lambda: set(VIRTUAL_NODES) | {NODE_NAME} <= self.published(),
                    "every node's NodeResourceTopology with its node state", KEEPER)
-        lab._start(EXTENDER, [str(AGENT), "scheduler-extender", "--listen",
-                              f"127.0.0.1:{self.extender_port}", "--kubeconfig",
-                              str(lab.kubeconfig)])
-        self._wait(lambda: _answers(f"http://127.0.0.1:{self.extender_port}/healthz"),
-                   "the extender to serve", EXTENDER)
+        self.certificates = LabCertificates(lab.folder / "tls")
+        self.start_extender()
         self.config_file.write_text(json.dumps(scheduler_config(
-            lab.kubeconfig, self.extender_port, self.health_port), indent=1) + "\n")
+            lab.kubeconfig, self.extender_port, self.health_port, self.certificates.scheduler,
+            self.certificates.server_ca.cert), indent=1) + "\n")
         self._plain_scheduler = lab._argv[SCHEDULER]
         self._replace_scheduler([self._plain_scheduler[0], f"--config={self.config_file}",
                                  "--secure-port=0"])

@@ -82,6 +82,16 @@ def test_a_client_without_a_certificate_the_client_ca_signed_is_refused(pki, ser
     assert filter_request(client(pki, server, pki["scheduler"]))["NodeNames"] == ["n"]
 
 
+def test_a_tcp_probe_is_not_logged_as_a_refusal(pki, server, caplog):
+    import socket
+
+    caplog.set_level(logging.WARNING, logger="nri_numa.extender.server")
+    socket.create_connection(("127.0.0.1", server), timeout=5).close()
+    assert filter_request(client(pki, server, pki["scheduler"]))["NodeNames"] == ["n"]
+    time.sleep(0.2)
+    assert caplog.records == []
+
+
 def test_unreadable_certificate_files_are_one_line(pki, tmp_path):
     (tmp_path / "junk.pem").write_text("not a certificate\n")
     with pytest.raises(TlsError, match=r"^--tls-cert .*junk.pem") as e:
