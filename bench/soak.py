@@ -100,7 +100,6 @@ KINDS: tuple[tuple[str, Resources, int], ...] = (
                             memory_limit=128 * MiB), 35),
     ("besteffort", Resources(), 30),
 )
-RESIZE_CHANCE, DRIFT_CHANCE = 0.06, 0.04  # per churn step
 
 
 @dataclass
@@ -145,6 +144,8 @@ class Options:
     max_pods: int = 6
     pause_seconds: float = 0.5
     reconcile_seconds: float = 2.0
+    resize_chance: float = 0.06  # after each churn step
+    drift_chance: float = 0.04
     rss_growth: float = 0.05
     fd_growth: float = 0.05
     log_bytes_per_decision: int = 600
@@ -166,11 +167,13 @@ class Result:
     violations: list[str]
     notes: list[str] = field(default_factory=list)
     out: str = ""
+    state_bound: int = 0  # bytes: what compaction allows the state folder, from its snapshots
     decision_lines: dict[str, int] = field(default_factory=dict)  # by kind, the whole run
 
     def to_json(self) -> str:
         return json.dumps({"options": self.options, "samples": [asdict(s) for s in self.samples],
-                           "counts": asdict(self.counts), "decision_lines": self.decision_lines,
+                           "counts": asdict(self.counts), "state_bound": self.state_bound,
+                           "decision_lines": self.decision_lines,
                            "violations": self.violations, "notes": self.notes}, indent=1)
 
 
@@ -304,9 +307,9 @@ class Churn:
             self.create()
         else:
             self.remove(self.rng.choice(sorted(self.live)))
-        if self.live and self.rng.random() < RESIZE_CHANCE:
+        if self.live and self.rng.random() < self.options.resize_chance:
             self.resize()
-        if self.live and self.rng.random() < DRIFT_CHANCE:
+        if self.live and self.rng.random() < self.options.drift_chance:
             self.drift()
 
     def create(self) -> None:
@@ -471,10 +474,11 @@ def judge(samples: list[Sample], options: Options, state_bound: int) -> tuple[li
     def growth(name: str, values: list[float], allowed: float, unit: str) -> None:
         first, last = window_median(values, window, False), window_median(values, window, True)
         limit = first * (1 + allowed)
-        notes.append(f"{name}: {first:g} -> {last:g} {unit} (max {max(values):g}), "
+        unit_ = f" {unit}" if unit else ""
+        notes.append(f"{name}: {first:g} -> {last:g}{unit_} (max {max(values):g}), "
                      f"bound {limit:g}")
         if last > limit:
-            violations.append(f"{name} grew from {first:g} to {last:g} {unit} after the warm-up "
+            violations.append(f"{name} grew from {first:g} to {last:g}{unit_} after the warm-up "
                               f"(bound +{allowed:.0%}: {limit:g})")
 
     growth("RSS", [s.rss_kb / 1024 for s in after], options.rss_growth, "MB")
@@ -604,6 +608,10 @@ def soak(options: Options, say: Callable[[str], None] = print) -> Result:
             violations.append(f"the agent logged {log.errors} errors: {log.bad_lines[:3]}")
         if log.warnings:
             notes.append(f"the agent logged {log.warnings} warnings, first: {log.bad_lines[:3]}")
+        notes.append(f"repair lines: {log.by_kind['repaired']} for "
+                     f"{churn.counts.drifts_repaired} cpusets written behind the agent's back "
+                     "(more: a periodic check that met an update of the agent's own before "
+                     "the runtime had applied it)")
         status = agent.stop()
         if status != 0:
             violations.append(f"the agent's exit status on SIGTERM was {status}")
@@ -627,7 +635,7 @@ def soak(options: Options, say: Callable[[str], None] = print) -> Result:
     notes = judged + notes
     counts = churn.counts if churn is not None else Counts()
     result = Result({k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(options).items()},
-                    samples, counts, violations, notes, str(out),
+                    samples, counts, violations, notes, str(out), state_bound,
                     dict(log.by_kind) if log is not None else {})
     write_outputs(result, out)
     if options.plot is not None:
@@ -695,6 +703,10 @@ def main() -> int:
                         help="between churn steps (the machine is shared)")
     parser.add_argument("--reconcile-seconds", type=float, default=2.0,
                         help="the agent's cpuManagerReconcilePeriod (drift repair)")
+    parser.add_argument("--resize-chance", type=float, default=0.06,
+                        help="of an in-place resize after each churn step")
+    parser.add_argument("--drift-chance", type=float, default=0.04,
+                        help="of a cpuset written behind the agent's back after each step")
     parser.add_argument("--rss-growth", type=float, default=0.05)
     parser.add_argument("--fd-growth", type=float, default=0.05)
     parser.add_argument("--log-bytes-per-decision", type=int, default=600)
