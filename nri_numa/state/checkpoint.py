@@ -8,9 +8,11 @@ failed write never touches the good file. A file that cannot be trusted — not 
 checksum wrong, another format version, another machine, an earlier boot — is renamed aside
 (``checkpoint.json.corrupt-<time>``) with a warning, and the caller rebuilds its state from the
 runtime (NRI Synchronize). So is anything else found at that name: a symlink, a folder, a FIFO,
-a file past MAX_BYTES, JSON nested past its bounds (nri_numa.safeio.bounded_json). Every file
-here is opened relative to the folder, without following links (nri_numa.safeio.safe_files), and
-a state folder that is itself a symlink is refused.
+a file past MAX_BYTES, JSON nested past its bounds (nri_numa.safeio.bounded_json). The lock file
+goes the same way when it is not a regular file or cannot be opened (``lock.corrupt-<time>``),
+unless another process holds it. Every file here is opened relative to the folder, without
+following links (nri_numa.safeio.safe_files), and a state folder that is itself a symlink is
+refused.
 
 No container outlives the machine, so a checkpoint only has to outlive the process that wrote
 it, and one from an earlier boot is never trusted. A store made with ``fsync=False`` therefore
@@ -26,6 +28,7 @@ from __future__ import annotations
 import _thread  # threading.get_ident without the threading module (~1.5 ms of a hook run)
 import fcntl
 import os
+import stat
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -121,15 +124,11 @@ class CheckpointStore:
         """Hold ``state_dir/lock`` until ``unlock``: two agents on one ledger would hand out
         the same CPUs. Without a timeout a held lock fails at once (one plugin per folder);
         with one, wait up to that many seconds for it (short-lived hook processes take turns).
-        The lock is a file of its own, never replaced, so it outlives every checkpoint."""
+        The lock is a file of its own, never replaced while it can serve, so it outlives every
+        checkpoint; one that cannot serve is set aside (``_open_lock``)."""
         folder = self._folder()
         try:
-            fd = safe_files.open_file(LOCK_NAME, safe_files.LOCK, folder=folder,
-                                      shown=self.dir / LOCK_NAME)
-        except NotAFile as e:
-            raise CheckpointError(f"cannot use {e}; remove it") from None
-        except OSError as e:
-            raise CheckpointError(f"cannot open {self.dir / LOCK_NAME}: {e.strerror}") from None
+            fd = self._open_lock(folder)
         finally:
             os.close(folder)
         deadline = None if timeout is None else time.monotonic() + timeout
@@ -148,6 +147,66 @@ class CheckpointStore:
                 time.sleep(min(delay, left))
                 delay = min(delay * 2, _LOCK_LAST_WAIT)
         self._lock_fd = fd
+
+    def _open_lock(self, folder: int) -> int:
+        """The lock file's descriptor, made when missing. Anything at its name that cannot serve
+        as the lock — a symlink (never followed), a folder, a FIFO, a socket, a device, or a file
+        that cannot be opened — is set aside as ``lock.corrupt-<time>`` with one warning and a
+        new lock made: no process can hold a lock on such a thing, so no holder loses its lock,
+        and a damaged folder never keeps the agent or a hook from starting. A file that cannot
+        be opened but is held (by a process that could open it) is left alone: LockBusy.
+        CheckpointError when a new lock cannot be made."""
+        shown = self.dir / LOCK_NAME
+        for _ in range(3):  # set aside, then replaced by something unusable again at once
+            try:
+                return safe_files.open_file(LOCK_NAME, safe_files.LOCK, folder=folder,
+                                            shown=shown)
+            except NotAFile as e:
+                why = e.why
+            except OSError as e:
+                if not safe_files.lexists(LOCK_NAME, folder):  # cannot be made: no room, no right
+                    raise CheckpointError(f"cannot open {shown}: {e.strerror}") from None
+                try:  # a file not ours to write (mode 0400): a read-only descriptor locks too
+                    return safe_files.open_file(LOCK_NAME, safe_files.READ, folder=folder,
+                                                shown=shown)
+                except (NotAFile, OSError):
+                    pass
+                why = f"it cannot be opened ({e.strerror})"
+            self._set_lock_aside(folder, why)
+        raise CheckpointError(f"cannot use {shown}: it keeps being replaced by something "
+                              "that is not a lock file")
+
+    def _set_lock_aside(self, folder: int, why: str) -> None:
+        """Rename what is at the lock's name aside, as it is, with one warning. Under an flock
+        of the folder itself, and only when it is still unusable: two processes finding the
+        same damage must not rename the lock the first one made in its place."""
+        fcntl.flock(folder, fcntl.LOCK_EX)
+        try:
+            try:
+                info = os.stat(LOCK_NAME, dir_fd=folder, follow_symlinks=False)
+            except FileNotFoundError:
+                return  # set aside by another process, which makes the new one
+            if stat.S_ISREG(info.st_mode):
+                if _opens(folder):
+                    return  # made anew by another process meanwhile: use it
+                if _held(info):
+                    raise LockBusy(f"{self.dir} is in use by another nri-numa: it holds "
+                                   f"{self.dir / LOCK_NAME}, which this process cannot open")
+            stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(self._clock()))
+            name = f"{LOCK_NAME}.corrupt-{stamp}"
+            n = 1
+            while safe_files.lexists(name, folder):
+                n += 1
+                name = f"{LOCK_NAME}.corrupt-{stamp}-{n}"
+            try:
+                os.replace(LOCK_NAME, name, src_dir_fd=folder, dst_dir_fd=folder)
+            except OSError as e:
+                raise CheckpointError(f"cannot use {self.dir / LOCK_NAME} ({why}) nor set it "
+                                      f"aside: {e.strerror}") from None
+            log.warning("lock %s set aside as %s: %s; a new lock is made", self.dir / LOCK_NAME,
+                        self.dir / name, " ".join(why.split()))
+        finally:
+            fcntl.flock(folder, fcntl.LOCK_UN)
 
     def unlock(self) -> None:
         if self._lock_fd is not None:
@@ -309,6 +368,37 @@ class CheckpointStore:
         for name in os.listdir(folder):
             if name.startswith(_TEMP_PREFIX):
                 safe_files.unlink_quietly(name, folder)
+
+
+def _opens(folder: int) -> bool:
+    """Whether the lock file in ``folder`` opens now (for reading: a lock needs no more)."""
+    try:
+        os.close(safe_files.open_file(LOCK_NAME, safe_files.READ, folder=folder))
+    except (NotAFile, OSError):
+        return False
+    return True
+
+
+def _held(info: os.stat_result) -> bool:
+    """Whether some process holds a lock on the file ``info`` describes (/proc/locks: one line
+    per lock, its file as ``MAJOR:MINOR:INODE``, the device numbers in hex)."""
+    wanted = (os.major(info.st_dev), os.minor(info.st_dev), info.st_ino)
+    try:
+        with open("/proc/locks", "rb") as f:
+            text = f.read(1 << 20)
+    except OSError:
+        return True  # cannot tell: never take a lock someone may hold
+    for line in text.splitlines():
+        for part in line.split():
+            if part.count(b":") == 2:
+                major, minor, inode = part.split(b":")
+                try:
+                    if (int(major, 16), int(minor, 16), int(inode)) == wanted:
+                        return True
+                except ValueError:
+                    pass
+                break
+    return False
 
 
 def current_boot_id() -> str | None:

@@ -1,7 +1,7 @@
-"""The hook on damaged or planted state, on a fake host: a ledger it cannot use is set aside on
-the next run, which warns in hook.log and places the container; a symlink where the hook keeps
-a file (hook.log, the lock, the kept topology, the state folder itself, hook.sock) is never
-written through, and a FIFO there never blocks a run."""
+"""The hook on damaged or planted state, on a fake host: a ledger or a lock file it cannot use is
+set aside on the next run, which warns in hook.log and places the container; a symlink where
+the hook keeps a file (hook.log, the lock, the kept topology, the state folder itself,
+hook.sock) is never written through, and a FIFO there never blocks a run."""
 
 from __future__ import annotations
 
@@ -131,15 +131,32 @@ def test_a_state_folder_that_is_a_symlink_fails_the_run_in_one_line(base, host):
     assert list(elsewhere.iterdir()) == []
 
 
-def test_a_lock_that_is_a_symlink_fails_the_run_and_makes_nothing(base, host):
+@pytest.mark.parametrize("kind", ["symlink", "fifo", "directory"])
+def test_a_lock_that_is_not_a_file_is_set_aside_and_the_container_placed(base, host, kind):
+    state = base / "state"
+    victim = damage(state / LOCK_NAME, kind)
+    code, err = create(base, host)
+    assert (code, err) == (0, "")
+    assert len(host.cpus("/pods/c1")) == 2
+    [aside] = [p for p in state.iterdir() if p.name.startswith(f"{LOCK_NAME}.corrupt-")]
+    [warning] = [line for line in (state / LOG_NAME).read_text().splitlines()
+                 if " WARNING " in line]
+    assert warning.endswith(f"lock {state / LOCK_NAME} set aside as {aside}: {DAMAGES[kind]}; "
+                            "a new lock is made")
+    assert (state / LOCK_NAME).is_file() and not (state / LOCK_NAME).is_symlink()
+    if victim is not None:
+        assert aside.is_symlink() and victim.read_text() == VICTIM_TEXT
+    code, err = create(base, host, "c2", 4002)  # the next run takes the new lock, quietly
+    assert (code, err) == (0, "") and not host.cpus("/pods/c1") & host.cpus("/pods/c2")
+    assert len([p for p in state.iterdir() if p.name.startswith(f"{LOCK_NAME}.corrupt-")]) == 1
+
+
+def test_a_dangling_lock_symlink_makes_nothing_where_it_points(base, host):
     state = base / "state"
     state.mkdir()
     target = base / "made-through-the-lock"
     (state / LOCK_NAME).symlink_to(target)
-    code, err = create(base, host)
-    assert code == 1
-    assert err == (f"nri-numa hook createRuntime: cannot use {state / LOCK_NAME}: it is a "
-                   "symlink (not followed); remove it\n")
+    assert create(base, host) == (0, "")
     assert not target.exists()
 
 

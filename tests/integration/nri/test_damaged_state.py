@@ -4,9 +4,10 @@ The agent runs as a real process against a listening NRI socket with the fake ru
 Whatever lies at its checkpoint's name (bytes nested 100000 deep, a 5000-digit version, a
 directory, a FIFO, a socket, a symlink, a file past the size limit) is renamed aside with one
 warning line naming where it went; the agent registers, adopts what runs from Synchronize and
-places new containers. `nri-numa state` on the same file prints one line, exits 1 and moves
-nothing. SIGTERM stops a start-up that waits on a file, and a log file that is a symlink or a
-FIFO is not written (the log goes to standard error, with a warning there).
+places new containers; so is a lock file that is a symlink, a FIFO or a directory. `nri-numa
+state` on the same file prints one line, exits 1 and moves nothing. SIGTERM stops a start-up
+that waits on a file, and a log file that is a symlink or a FIFO is not written (the log goes to
+standard error, with a warning there).
 """
 
 from __future__ import annotations
@@ -120,6 +121,42 @@ def test_the_agent_starts_on_a_damaged_checkpoint_sets_it_aside_and_serves(scrat
     written = saved_payload(state)
     cpus = {c["id"]: c["cpus"] for c in written["records"]["containers"]}
     assert cpus[RUNNING.id] == format_list({6, 7}) and len(cpus) == 2
+    if victim is not None:
+        assert aside.is_symlink() and victim.read_text() == VICTIM_TEXT
+
+
+@pytest.mark.parametrize("kind", ["symlink", "fifo", "directory"])
+def test_the_agent_starts_on_a_damaged_lock_sets_it_aside_and_serves(scratch, kind):
+    state = scratch / "state"
+    victim = damage(state / "lock", kind)
+    log = scratch / "agent.log"
+    agent = start_agent(scratch, "--log-file", str(log))
+    try:
+        runtime = serve_runtime(scratch, agent)
+        runtime.configure()
+        runtime.synchronize(api.SynchronizeRequest())
+        new_pod = msg.pod("new")
+        created = runtime.call("CreateContainer",
+                               msg.create(new_pod, msg.guaranteed(new_pod, "app", cpus=2)),
+                               api.CreateContainerResponse)
+        assert len(parse_list(created.adjust.linux.resources.cpu.cpus)) == 2
+        # The new lock is held: a second agent on the folder is refused, in one line.
+        second = start_agent(scratch)
+        _, err = second.communicate(timeout=60)
+        assert second.returncode == 1
+        assert err == (f"nri-numa: error: {state} is in use by another nri-numa; it holds "
+                       f"{state / 'lock'}\n")
+        runtime.close()
+    finally:
+        stop(agent)
+    [aside] = [p for p in state.iterdir() if p.name.startswith("lock.corrupt-")]
+    warnings = [line for line in log.read_text().splitlines()
+                if " WARNING nri_numa.state." in line]
+    assert len(warnings) == 1, warnings
+    assert warnings[0].endswith(f"lock {state / 'lock'} set aside as {aside}: {DAMAGES[kind]}; "
+                                "a new lock is made")
+    assert (state / "lock").is_file() and not (state / "lock").is_symlink()
+    assert len(saved_payload(state)["records"]["containers"]) == 1
     if victim is not None:
         assert aside.is_symlink() and victim.read_text() == VICTIM_TEXT
 
