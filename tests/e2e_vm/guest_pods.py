@@ -101,7 +101,9 @@ def run_pod(client: CriClient, layout: CgroupLayout, spec: dict, image_ref: str)
     cgroup = process_cgroup(int(info["pid"]), layout)  # type: ignore[arg-type]
     cpuset = read_cpuset(layout, cgroup)
     inside = allowed_inside(client, container)
-    got.update(created=True, container_id=container, cgroups_path=info["runtimeSpec"]["linux"]["cgroupsPath"],
+    spec_linux = info["runtimeSpec"]["linux"]  # type: ignore[index]
+    got["spec_hugepage_limits"] = spec_linux.get("resources", {}).get("hugepageLimits", [])
+    got.update(created=True, container_id=container, cgroups_path=spec_linux["cgroupsPath"],
                cgroup=cgroup, cpus=cpuset.cpus, cpus_effective=cpuset.effective_cpus, mems=cpuset.mems,
                mems_effective=cpuset.effective_mems, inside_cpus=inside.cpus, inside_mems=inside.mems)
     if spec.get("wait_anon_mib"):
@@ -160,7 +162,7 @@ def main() -> int:
     answer: dict[str, object] = {"containerd": plan["containerd"], "scenarios": {}}
     image = build_image(runtimes.busybox, base)
     daemon = ContainerdDaemon(runtimes.containerd[plan["containerd"]], base / "containerd", image.ref,
-                              log=base / "containerd.log", systemd_cgroup=True)
+                              log=base / "containerd.log", systemd_cgroup=True, hugetlb=True)
     try:
         answer["containerd_start_s"] = round(daemon.start(timeout_s=120), 2)
         import_image(daemon.binaries.ctr, daemon.address, image, timeout_s=120)

@@ -140,13 +140,15 @@ def _cdi(spec_dirs: tuple[str, ...] | None) -> TomlTable:
 
 
 def config_v2(paths: DaemonPaths, sandbox_image: str, runc: Path = RUNC, log_level: str = "info",
-              cdi_spec_dirs: tuple[str, ...] | None = None, systemd_cgroup: bool = False) -> TomlTable:
+              cdi_spec_dirs: tuple[str, ...] | None = None, systemd_cgroup: bool = False,
+              hugetlb: bool = False) -> TomlTable:
     """containerd 1.7's format: one "io.containerd.grpc.v1.cri" plugin holds all of CRI.
     restrict_oom_score_adj: this VM refuses a negative oom_score_adj (no CAP_SYS_RESOURCE) and runc
     would fail with "can't get final child's PID from pipe"."""
     cri = {
         "sandbox_image": sandbox_image,
         "restrict_oom_score_adj": True,
+        "disable_hugetlb_controller": not hugetlb,
         **_cdi(cdi_spec_dirs),
         "stream_server_port": "0",
         "containerd": {"default_runtime_name": "runc", "snapshotter": "overlayfs",
@@ -158,10 +160,12 @@ def config_v2(paths: DaemonPaths, sandbox_image: str, runc: Path = RUNC, log_lev
 
 
 def config_v3(paths: DaemonPaths, sandbox_image: str, runc: Path = RUNC, log_level: str = "info",
-              cdi_spec_dirs: tuple[str, ...] | None = None, systemd_cgroup: bool = False) -> TomlTable:
+              cdi_spec_dirs: tuple[str, ...] | None = None, systemd_cgroup: bool = False,
+              hugetlb: bool = False) -> TomlTable:
     """containerd 2.x's format: images, runtime and the gRPC server are separate CRI plugins."""
     runtime = {
         "restrict_oom_score_adj": True,
+        "disable_hugetlb_controller": not hugetlb,
         **_cdi(cdi_spec_dirs),
         "containerd": {"default_runtime_name": "runc",
                        "runtimes": {"runc": _runc(paths, runc, systemd_cgroup)}},
@@ -186,9 +190,12 @@ class ContainerdDaemon:
 
     def __init__(self, binaries: ContainerdBinaries, base: Path, sandbox_image: str,
                  runc: Path = RUNC, log_level: str = "info", log: Path | None = None,
-                 cdi_spec_dirs: tuple[str, ...] | None = None, systemd_cgroup: bool = False) -> None:
+                 cdi_spec_dirs: tuple[str, ...] | None = None, systemd_cgroup: bool = False,
+                 hugetlb: bool = False) -> None:
         self.binaries = binaries
         self.systemd_cgroup = systemd_cgroup  # runc's systemd cgroup driver (SystemdCgroup = true)
+        # CRI's hugepage limits reach the spec (containerd's disable_hugetlb_controller, on by default)
+        self.hugetlb = hugetlb
         self.cdi_spec_dirs = cdi_spec_dirs  # None: CDI off
         self.paths = DaemonPaths(base, log or base / "containerd.log")
         self.sandbox_image = sandbox_image
@@ -207,7 +214,7 @@ class ContainerdDaemon:
     def config(self) -> TomlTable:
         make = config_v2 if self.binaries.major == 1 else config_v3
         return make(self.paths, self.sandbox_image, self.runc, self.log_level, self.cdi_spec_dirs,
-                    self.systemd_cgroup)
+                    self.systemd_cgroup, self.hugetlb)
 
     def _env(self) -> dict[str, str]:
         # containerd finds its shim (containerd-shim-runc-v2) on PATH: put this version's first.

@@ -1,0 +1,77 @@
+"""The pods the vm tier runs in the guest (tests/e2e_vm/guest_pods.py), sized from the layout, and
+the CPU facts the checks need. Every scenario keeps the first core (the siblings of CPU 0) as
+reservedSystemCPUs, as a node with full-pcpus-only would."""
+
+from __future__ import annotations
+
+from tests.e2e_vm.layout import Layout, Node
+
+MEMORY_TOUCHED_MIB = 256
+# The container holds MEMORY_TOUCHED_MIB of anonymous memory: busybox dd reads that much of
+# /dev/zero into its one buffer, then blocks writing it into a pipe nobody reads.
+TOUCH_MEMORY = ["sh", "-c", f"dd if=/dev/zero bs={MEMORY_TOUCHED_MIB}M count=1 | sleep 86400"]
+HUGEPAGES_MIB = 16
+
+
+def cpu_nodes(layout: Layout) -> list[Node]:
+    return [n for n in layout.nodes if n.cpus]
+
+
+def reserved_cpus(layout: Layout) -> tuple[int, ...]:
+    return cpu_nodes(layout)[0].siblings[0]
+
+
+def threads(layout: Layout) -> int:
+    return layout.threads_per_core
+
+
+def whole_node(layout: Layout) -> Node:
+    """The largest node without reserved CPUs (the first one when none is free of them)."""
+    free = [n for n in cpu_nodes(layout) if not set(n.cpus) & set(reserved_cpus(layout))]
+    return max(free or cpu_nodes(layout), key=lambda n: len(n.cpus))
+
+
+def base_config(layout: Layout) -> dict[str, object]:
+    return {"cpuManagerPolicy": "static",
+            "reservedSystemCPUs": ",".join(map(str, reserved_cpus(layout))),
+            "topologyManagerPolicy": "single-numa-node",
+            "cpuManagerPolicyOptions": {"full-pcpus-only": "true"}}
+
+
+def memory_config(layout: Layout) -> dict[str, object]:
+    return {**base_config(layout), "memoryManagerPolicy": "Static",
+            "reservedMemory": [{"numaNode": cpu_nodes(layout)[0].id, "limits": {"memory": "256Mi"}}]}
+
+
+def cpu_pods(layout: Layout) -> list[dict[str, object]]:
+    """Whole cores and a whole node under full-pcpus-only, and two the kubelet refuses: a
+    count that is not a multiple of the threads per core, and more CPUs than any node has."""
+    t = threads(layout)
+    largest = max(len(n.cpus) for n in cpu_nodes(layout))
+    pods: list[dict[str, object]] = [{"name": "besteffort", "besteffort": True},
+                                     {"name": "whole-node", "cpu_m": len(whole_node(layout).cpus) * 1000},
+                                     {"name": "one-core", "cpu_m": t * 1000}]
+    if t > 1:
+        pods.append({"name": "not-whole-cores", "cpu_m": (t + 1) * 1000})
+    if len(cpu_nodes(layout)) > 1:
+        pods.append({"name": "wider-than-a-node", "cpu_m": (largest + t) * 1000})
+    return pods
+
+
+def memory_pods(layout: Layout) -> list[dict[str, object]]:
+    return [{"name": "touches-memory", "cpu_m": threads(layout) * 1000,
+             "memory_mib": MEMORY_TOUCHED_MIB + 64, "command": TOUCH_MEMORY,
+             "wait_anon_mib": MEMORY_TOUCHED_MIB}]
+
+
+def hugepage_pods(layout: Layout) -> list[dict[str, object]]:
+    return [{"name": "hugepages", "cpu_m": threads(layout) * 1000, "memory_mib": 64,
+             "hugepages_2m_mib": HUGEPAGES_MIB}]
+
+
+def plan(layout: Layout, containerd: str) -> dict[str, object]:
+    scenarios = [{"name": "cpu", "config": base_config(layout), "pods": cpu_pods(layout)},
+                 {"name": "memory", "config": memory_config(layout), "pods": memory_pods(layout)}]
+    if any(n.hugepages_2m * 2 >= HUGEPAGES_MIB for n in layout.nodes):
+        scenarios.append({"name": "hugepages", "config": memory_config(layout), "pods": hugepage_pods(layout)})
+    return {"containerd": containerd, "scenarios": scenarios}

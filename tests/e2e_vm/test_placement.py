@@ -1,0 +1,125 @@
+"""The NRI plugin on a real multi-NUMA kernel, cgroup v2 and the systemd cgroup driver, with
+containerd 1.7.24 and 2.1.9 (SystemdCgroup = true): whole cores in one node under single-numa-node
+and full-pcpus-only, the kubelet's refusals, the shared pool, the Memory Manager's static policy
+(memory really on the chosen node), 2 MiB huge pages from that node, and `nri-numa state` reading
+the systemd scopes back. Each containerd version runs every scenario once in the guest
+(conftest.pods_run, tests/e2e_vm/guest_pods.py); what the tests read is what the kernel says:
+cpuset.cpus.effective, Cpus_allowed_list inside the container, memory.numa_stat."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from nri_numa.topology.cpulist import parse_list
+from tests.e2e_vm import guest_plan
+from tests.e2e_vm.layout import Layout
+
+pytestmark = pytest.mark.vm
+MiB = 1 << 20
+ON_NODE_SHARE = 0.95
+
+
+def scenario(pods_run: dict, name: str) -> dict:
+    got = pods_run["scenarios"][name]
+    assert "error" not in got, f"{got['error']}\nagent log:\n{got['agent_log'][-3000:]}"
+    return got
+
+
+def pod(got: dict, name: str) -> dict:
+    placed = got["pods"][name]
+    assert placed["created"], f"{name}: {placed.get('error')}\nagent log:\n{got['agent_log'][-3000:]}"
+    return placed
+
+
+def nodes_of(layout: Layout, cpus: frozenset[int]) -> set[int]:
+    return {n.id for n in layout.nodes if cpus & set(n.cpus)}
+
+
+def slice_path(unit: str) -> str:
+    """systemd nests a-b-c.slice in a.slice/a-b.slice."""
+    parts = unit.removesuffix(".slice").split("-")
+    return "".join("/" + "-".join(parts[:i + 1]) + ".slice" for i in range(len(parts)))
+
+
+def test_guaranteed_pods_get_whole_cores_inside_one_node(pods_run: dict, vm_layout: Layout) -> None:
+    got = scenario(pods_run, "cpu")
+    reserved = set(guest_plan.reserved_cpus(vm_layout))
+    cores = [set(group) for n in vm_layout.nodes for group in n.siblings]
+    taken: set[int] = set()
+    for name, wanted in (("whole-node", len(guest_plan.whole_node(vm_layout).cpus)),
+                         ("one-core", guest_plan.threads(vm_layout))):
+        placed = pod(got, name)
+        cpus = parse_list(placed["cpus_effective"])
+        assert parse_list(placed["cpus"]) == cpus == parse_list(placed["inside_cpus"]), placed
+        assert len(cpus) == wanted, placed
+        assert len(nodes_of(vm_layout, cpus)) == 1, f"{name}: {placed['cpus_effective']} spans nodes"
+        assert all(core <= cpus or not core & cpus for core in cores), f"{name}: a core split in {cpus}"
+        assert not cpus & reserved and not cpus & taken, placed
+        taken |= cpus
+    node_cpus = parse_list(pod(got, "whole-node")["cpus_effective"])
+    assert node_cpus == set(vm_layout.node(nodes_of(vm_layout, node_cpus).pop()).cpus)
+
+
+def test_the_kubelets_refusals_reach_containerd(pods_run: dict, vm_layout: Layout) -> None:
+    got = scenario(pods_run, "cpu")
+    if "not-whole-cores" in got["pods"]:
+        assert not got["pods"]["not-whole-cores"]["created"]
+        assert "SMT Alignment Error" in got["pods"]["not-whole-cores"]["error"]
+    if "wider-than-a-node" in got["pods"]:
+        assert not got["pods"]["wider-than-a-node"]["created"]
+        assert "TopologyAffinityError" in got["pods"]["wider-than-a-node"]["error"]
+
+
+def test_the_shared_pool_is_what_exclusive_cpus_left(pods_run: dict, vm_layout: Layout) -> None:
+    got = scenario(pods_run, "cpu")
+    every_cpu = {cpu for n in vm_layout.nodes for cpu in n.cpus}
+    assert parse_list(pod(got, "besteffort")["inside_cpus"]) == every_cpu  # before any exclusive one
+    exclusive = parse_list(pod(got, "whole-node")["cpus"]) | parse_list(pod(got, "one-core")["cpus"])
+    assert parse_list(got["cpus_effective_at_end"]["besteffort"]) == every_cpu - exclusive
+
+
+def test_containers_live_in_the_systemd_drivers_scopes(pods_run: dict) -> None:
+    got = scenario(pods_run, "cpu")
+    for name, placed in got["pods"].items():
+        if placed["created"]:
+            parent, container = placed["cgroup_parent"], placed["container_id"]
+            assert placed["cgroups_path"] == f"{parent}:cri-containerd:{container}", name
+            assert placed["cgroup"] == f"{slice_path(parent)}/cri-containerd-{container}.scope", name
+
+
+def test_state_reads_the_scopes_back_without_drift(pods_run: dict) -> None:
+    got = scenario(pods_run, "cpu")
+    assert got["state"]["status"] == 0, got["state"]
+    state = json.loads(got["state"]["stdout"])
+    assert state["drifted"] == 0
+    by_id = {c["id"]: c for c in state["containers"]}
+    for name, placed in got["pods"].items():
+        if placed["created"]:
+            seen = by_id[placed["container_id"]]
+            assert seen["cgroup"]["path"] == placed["cgroup"], name
+            assert seen["cgroup"]["problem"] is None, name
+            assert parse_list(seen["cgroup"]["cpus"]) == parse_list(placed["cpus_effective"]), name
+
+
+def test_the_static_memory_manager_keeps_memory_on_the_chosen_node(pods_run: dict, vm_layout: Layout) -> None:
+    placed = pod(scenario(pods_run, "memory"), "touches-memory")
+    (node,) = nodes_of(vm_layout, parse_list(placed["cpus_effective"]))
+    assert placed["mems"] == placed["mems_effective"] == placed["inside_mems"] == str(node), placed
+    anon = {int(k): v for k, v in placed["numa_stat"]["anon"].items()}
+    assert sum(anon.values()) >= guest_plan.MEMORY_TOUCHED_MIB * MiB, anon
+    assert anon[node] >= ON_NODE_SHARE * sum(anon.values()), f"node {node}: {anon}"
+
+
+def test_hugepages_are_placed_on_a_node_that_has_them(pods_run: dict, vm_layout: Layout) -> None:
+    if "hugepages" not in pods_run["scenarios"]:
+        pytest.skip(f"no node of layout {vm_layout.name} has {guest_plan.HUGEPAGES_MIB} MiB of 2 MiB pages")
+    got = scenario(pods_run, "hugepages")
+    placed = pod(got, "hugepages")
+    assert placed["hugetlb_2mb_max"] == str(guest_plan.HUGEPAGES_MIB * MiB)
+    node = int(placed["mems_effective"])
+    assert node in nodes_of(vm_layout, parse_list(placed["cpus_effective"]))
+    assert vm_layout.node(node).hugepages_2m * 2 >= guest_plan.HUGEPAGES_MIB
+    records = json.loads(got["state"]["stdout"])["containers"][0]["memory"]
+    assert {"resource": "hugepages-2Mi", "numa_nodes": [node], "bytes": guest_plan.HUGEPAGES_MIB * MiB} in records
