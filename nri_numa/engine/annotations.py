@@ -27,7 +27,8 @@ on the pod (every container of it), ``numa.nri.io/isolated-cpus.<container>`` on
 its run of the engine chose. It is a preference, not an override: ``scheduled_numa_nodes`` reads
 it for the front doors, which hand it to the engine as ``PodRequest.preferred_numa``; a value
 that cannot be read is ignored with a warning there, never a refusal (the scheduler's note must
-not stop a pod), so ``pod_topology`` only accepts the name.
+not stop a pod), so ``pod_topology`` only accepts the name. ``numa.nri.io/retry-for-room``, also
+the extender's, only makes kube-scheduler look at the pod again; nothing here reads its value.
 """
 
 from __future__ import annotations
@@ -54,6 +55,9 @@ ISOLATED_CPUS = PREFIX + "isolated-cpus"  # on a pod or a container: prefer or r
 ISOLATED_CPUS_FOR = ISOLATED_CPUS + "."  # + a container name, on the pod
 ISOLATED_CPUS_MODES = ("prefer", "require")
 SCHEDULED_NUMA_NODES = PREFIX + "scheduled-numa-nodes"  # on a pod: written by the extender
+# On a pod: written by the extender to have kube-scheduler retry it; admission never reads it.
+RETRY_FOR_ROOM = PREFIX + "retry-for-room"
+WRITTEN_BY_THE_EXTENDER = (SCHEDULED_NUMA_NODES, RETRY_FOR_ROOM)
 # A NUMA list longer than this is not a scheduler's note: 64 two-digit ids as single items fit.
 MAX_SCHEDULED_NUMA_TEXT = 256
 
@@ -165,10 +169,10 @@ def check_values(ours: Mapping[str, object]) -> None:
 
 def _check_names(ours: Mapping[str, str], known: frozenset[str]) -> None:
     for name in sorted(ours):
-        if (name not in known and name != SCHEDULED_NUMA_NODES and not is_device_annotation(name)
-                and not is_isolated_cpus_annotation(name)):
+        if (name not in known and name not in WRITTEN_BY_THE_EXTENDER
+                and not is_device_annotation(name) and not is_isolated_cpus_annotation(name)):
             names = sorted(known | {DEVICES, DEVICES_FOR + "<container>", ISOLATED_CPUS,
-                                    ISOLATED_CPUS_FOR + "<container>", SCHEDULED_NUMA_NODES})
+                                    ISOLATED_CPUS_FOR + "<container>", *WRITTEN_BY_THE_EXTENDER})
             raise AnnotationError(f"annotation {clip(name, 80)}: unknown; annotations under "
                                   f"{PREFIX} are {', '.join(names)}")
 

@@ -6,7 +6,8 @@ only to find what the pod already holds on the node and to name its new entries;
 node's allocations do not hold (the verbs check that first), nothing is found under any uid,
 so the decision is a function of the shape, up to the uid it carries (``Decision.pod``). The
 name and namespace are not read at all, and of the annotations only those under
-``numa.nri.io/`` are (policy and scope overrides, devices, isolated CPUs).
+``numa.nri.io/`` are (policy and scope overrides, devices, isolated CPUs), less the extender's own
+``retry-for-room``, which admission accepts and ignores.
 
 The key is built from the dataclass fields, so a field added to ContainerRequest or PodRequest
 is part of the shape without anyone remembering to add it.
@@ -17,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Hashable, Mapping
 from typing import Any
 
-from nri_numa.engine.annotations import PREFIX
+from nri_numa.engine.annotations import PREFIX, RETRY_FOR_ROOM
 from nri_numa.engine.request import ContainerRequest, PodRequest
 from nri_numa.frozen import fields
 
@@ -33,7 +34,8 @@ def pod_shape(pod: PodRequest) -> Hashable:
             continue
         value = getattr(pod, f.name)
         if f.name == "annotations":
-            value = tuple(sorted((k, v) for k, v in value.items() if k.startswith(PREFIX)))
+            value = tuple(sorted((k, v) for k, v in value.items()
+                                 if k.startswith(PREFIX) and k != RETRY_FOR_ROOM))
         elif f.name in ("init_containers", "app_containers"):
             value = tuple(_container_shape(c) for c in value)
         parts.append(_hashable(value))

@@ -7,7 +7,7 @@ Retries: kube-scheduler keeps a pod it could not place in its unschedulable queu
 cluster event it knows of, or a minute, passes; it knows nothing of NodeResourceTopology
 objects. An update to the pod itself moves it back to the active queue at once (1.20's
 ``PriorityQueue.Update``: any change but its resourceVersion, generation or status). So when a
-node's publication frees room, ``Retrier`` writes ``RETRY_ANNOTATION`` on each Pending pod filter
+node's publication frees room, ``Retrier`` writes ``numa.nri.io/retry-for-room`` (what freed room: ``<node>@<generation>``) on each Pending pod filter
 refused on that node, once per publication; and when the extender starts, on each Pending pod of
 its scheduler that the scheduler tried and could not place (the extender has no memory of the
 pods it refused before, and while it was down the scheduler could not ask it).
@@ -25,10 +25,9 @@ from typing import Any
 
 from nri_numa.cluster.nrt import GROUP, PLURAL, VERSION
 from nri_numa.cluster.nrt_writer import ApiError, call_api
+from nri_numa.engine.annotations import RETRY_FOR_ROOM
 from nri_numa.extender.cache import NodeCache
 from nri_numa.extender.verbs import Extender, RefusedPod
-
-RETRY_ANNOTATION = "numa.nri.io/retry-for-room"  # what freed room: "<node>@<generation>"
 
 log = logging.getLogger(__name__)
 
@@ -170,7 +169,7 @@ class Retrier:
                         or (live.get("spec") or {}).get("nodeName")):
                     continue  # gone, replaced or placed meanwhile
                 self._pods.annotate(pod.namespace, pod.name, pod.uid,
-                                    {RETRY_ANNOTATION: reason})
+                                    {RETRY_FOR_ROOM: reason})
                 log.info("pod %s/%s: room freed (%s), scheduling retried",
                          pod.namespace, pod.name, reason)
             except Exception as e:  # noqa: BLE001 - one pod's failure must not stop the rest

@@ -15,9 +15,16 @@ saw took the CPU between the bind and the container's creation."""
 
 from __future__ import annotations
 
+import http.client
+import json
+import os
+import signal
+import ssl
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -36,7 +43,7 @@ from nri_numa.topology.model import Topology
 from nri_numa.topology.parts import Cpu, NumaNode
 from tests.e2e.harness.cgroups import CgroupLayout, Cpuset, container_cgroup_path, read_cpuset
 from tests.e2e.harness.image import IMAGE_REF
-from tests.e2e_k8s.extender_lab import KEEPER, VIRTUAL_NODES, ExtenderLab
+from tests.e2e_k8s.extender_lab import EXTENDER, KEEPER, VIRTUAL_NODES, ExtenderLab
 from tests.e2e_k8s.kube import ApiError, Json, Kube, container_statuses, wait_for
 from tests.e2e_k8s.lab import NODE_NAME, Lab
 from tests.e2e_k8s.pods import (SUMMARY, container_cpus, describe_pods, pod_manifest,
@@ -406,3 +413,141 @@ def stale_count(lab: Lab) -> float:
     values = [float(line.split()[-1]) for line in text.splitlines()
               if line.startswith("nri_numa_scheduled_numa_nodes_stale_total")]
     return sum(values)
+
+
+# --- (e) only kube-scheduler drives the extender ------------------------------------------------
+
+
+def extender_log_lines(lab: Lab, text: str) -> int:
+    return sum(text in line for line in lab.log_tail(EXTENDER, 100000).splitlines())
+
+
+def test_a_client_without_the_schedulers_certificate_or_a_filter_binds_nothing(
+        extender_lab: ExtenderLab, kube: Kube, lab: Lab) -> None:
+    """Every test above ran kube-scheduler through the extender's TLS with its client
+    certificate. Here, a Pending pod no scheduler looks at, and a bind for it to a virtual
+    node: without a certificate the connection is refused; with a certificate the client CA
+    signed but no filter of that pod, the bind is refused. The pod stays unbound."""
+    victim = pod("victim", cpu="1", memory="64Mi")
+    victim["spec"]["schedulerName"] = "nobody"
+    kube.apply([victim])
+    uid = kube.pod("victim")["metadata"]["uid"]
+    body = json.dumps({"PodNamespace": "default", "PodName": "victim", "PodUID": uid,
+                       "Node": VIRTUAL_NODES[0]}).encode()
+    refused_before = extender_log_lines(lab, "refused a connection from 127.0.0.1")
+    url = f"{extender_lab.url}/nri-numa/bind"
+    for context in (extender_lab.client_context(None), ssl.create_default_context()):
+        with pytest.raises((ssl.SSLError, ConnectionError, urllib.error.URLError)):
+            urllib.request.urlopen(urllib.request.Request(url, body), timeout=10,  # noqa: S310
+                                   context=context).read()
+    with pytest.raises((ConnectionError, urllib.error.URLError, http.client.HTTPException)):
+        urllib.request.urlopen(urllib.request.Request(  # noqa: S310 (127.0.0.1)
+            f"http://127.0.0.1:{extender_lab.extender_port}/nri-numa/bind", body),
+            timeout=10).read()
+    certified = extender_lab.client_context(extender_lab.certificates.scheduler)
+    with urllib.request.urlopen(urllib.request.Request(url, body), timeout=10,  # noqa: S310
+                                context=certified) as answer:
+        error = json.loads(answer.read())["Error"]
+    assert error.startswith("nri-numa: bind refused: pod default/victim") and "was not filtered" in error
+    wait_for(lambda: extender_log_lines(lab, "refused a connection from 127.0.0.1")
+             == refused_before + 3, 10.0, "one log line per refused connection",
+             describe=lambda: lab.log_tail(EXTENDER, 10))
+    assert extender_log_lines(lab, "bind refused: pod default/victim") == 1
+    time.sleep(1.0)
+    assert not kube.pod("victim")["spec"].get("nodeName")
+
+
+# --- (f) a refused pod is retried when room appears ---------------------------------------------
+# kube-scheduler retries an unschedulable pod on the events it knows of (a pod deleted, ...) or
+# after a minute. Both tests make its own retry come too early on purpose, so that only the
+# extender's retry can bind the pod in time: the node's publication held back until the
+# scheduler has tried (and the extender refused) again, or the extender down while it tries.
+
+RETRY_AFTER_FREE_S = 3.0  # the bounds of issue 25
+RETRY_AFTER_RESTART_S = 5.0
+
+
+def hold_the_only_cpu(kube: Kube) -> str:
+    """``holder`` running on CPU 1 (the only exclusive CPU), ``waiter`` Pending with nri-numa's
+    reason; holder's uid."""
+    kube.apply([pod("holder", cpu="1", memory="64Mi", node=NODE_NAME)])
+    wait_running(kube, ["holder"])
+    kube.apply([pod("waiter", cpu="1", memory="64Mi", node=NODE_NAME)])
+    wait_for(lambda: "nri-numa: TopologyAffinityError" in (unschedulable(kube.pod("waiter")) or ""),
+             60.0, "waiter refused by nri-numa", describe=lambda: describe_pods(kube, ["waiter"]))
+    return kube.pod("holder")["metadata"]["uid"]
+
+
+def delete_holder(kube: Kube) -> None:
+    """Delete ``holder`` and wait until its object is gone: kube-scheduler has seen the
+    deletion and tried the waiter again."""
+    kube.delete_pod("holder")
+    wait_for(lambda: kube.pod("holder") is None, 90.0, "holder deleted")
+    time.sleep(3.0)
+
+
+def freed(kube: Kube, holder_uid: str) -> float:
+    """The monotonic time at which the node's publication shows holder's CPU free."""
+    wait_for(lambda: holder_uid not in published(kube, NODE_NAME).allocations.pods, 60.0,
+             "the node to publish that holder's CPU is free", poll_s=0.05)
+    return time.monotonic()
+
+
+def wait_bound(kube: Kube, name: str, timeout_s: float = 90.0) -> float:
+    wait_for(lambda: kube.pod(name)["spec"].get("nodeName"), timeout_s, f"{name} bound",
+             poll_s=0.05, describe=lambda: describe_pods(kube, [name]))
+    return time.monotonic()
+
+
+def export_process(lab: Lab) -> int:
+    """The pid of the agent's child that writes its NodeResourceTopology object."""
+    agent = lab.recorded.pids["nri-numa"][0]
+    [child] = [int(p.name) for p in Path("/proc").iterdir() if p.name.isdigit()
+               and _parent(p) == int(agent)]
+    return child
+
+
+def _parent(proc: Path) -> int | None:
+    try:
+        return int((proc / "stat").read_text().rsplit(")", 1)[1].split()[1])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def test_a_refused_pod_is_bound_as_soon_as_the_cpu_it_waits_for_is_free(
+        split_real_node: Topology, kube: Kube, lab: Lab) -> None:
+    holder_uid = hold_the_only_cpu(kube)
+    exporter = export_process(lab)
+    os.kill(exporter, signal.SIGSTOP)  # publications wait: the scheduler's own retry finds no room
+    try:
+        delete_holder(kube)
+        assert holder_uid in published(kube, NODE_NAME).allocations.pods
+        assert not kube.pod("waiter")["spec"].get("nodeName")
+    finally:
+        os.kill(exporter, signal.SIGCONT)
+    free = freed(kube, holder_uid)
+    bound = wait_bound(kube, "waiter")
+    SUMMARY.append(f"scheduler extender: waiter bound {bound - free:.2f} s after its CPU was "
+                   "published free")
+    print(SUMMARY[-1])
+    assert bound - free <= RETRY_AFTER_FREE_S
+    assert "localhost@" in kube.pod("waiter")["metadata"]["annotations"]["numa.nri.io/retry-for-room"]
+    wait_running(kube, ["waiter"])
+
+
+def test_after_an_extender_restart_the_refused_pods_are_retried_at_once(
+        split_real_node: Topology, extender_lab: ExtenderLab, kube: Kube, lab: Lab) -> None:
+    holder_uid = hold_the_only_cpu(kube)
+    assert not lab._stop(EXTENDER)
+    delete_holder(kube)  # the scheduler's retry on the deletion finds no extender
+    freed(kube, holder_uid)
+    time.sleep(10.0)  # past its back-off: the waiter sits in the unschedulable queue
+    assert not kube.pod("waiter")["spec"].get("nodeName")
+    restarted = time.monotonic()
+    extender_lab.start_extender()
+    bound = wait_bound(kube, "waiter")
+    SUMMARY.append(f"scheduler extender: waiter bound {bound - restarted:.2f} s after the "
+                   "extender's restart")
+    print(SUMMARY[-1])
+    assert bound - restarted <= RETRY_AFTER_RESTART_S
+    wait_running(kube, ["waiter"])

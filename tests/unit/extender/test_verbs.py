@@ -267,3 +267,16 @@ def test_a_publication_that_frees_room_is_told_once():
     cache.observe("a", published(2, ledger))
     cache.observe("a", published(2, ledger))
     assert told == [("a", 2)]
+
+
+def test_the_retry_annotation_is_accepted_and_changes_no_shape():
+    from nri_numa.engine.annotations import RETRY_FOR_ROOM
+    from nri_numa.engine.manifest import pod_from_manifest
+    from nri_numa.extender.shapes import pod_shape
+
+    cache = NodeCache()
+    cache.observe("a", published())
+    marked = changed(pod("p", "2"), lambda m: m["metadata"].update(
+        annotations={RETRY_FOR_ROOM: "a@7"}))
+    assert Extender(cache).filter({"Pod": marked, "NodeNames": ["a"]})["NodeNames"] == ["a"]
+    assert pod_shape(pod_from_manifest(marked)) == pod_shape(pod_from_manifest(pod("p", "2")))
