@@ -12,14 +12,17 @@ import os
 import shutil
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 
 from tests.e2e_vm import guest_plan
 from tests.e2e_vm.layout import DEFAULT_LAYOUT, Layout, LayoutError, load_layout
-from tests.e2e_vm.numa_vm import QEMU, VmDir, VmError, console_tail, current_image, down, guest_run, up
+from tests.e2e_vm.numa_vm import (QEMU, VmDir, VmError, console_tail, current_image, down, guest_run,
+                                  refresh_sources, up)
 
 LAYOUT_ENV = "NRI_NUMA_VM_LAYOUT"
+RUNNING_GUEST_ENV = "NRI_NUMA_VM_DIR"
 E2E_REQUIRED_ENV = "NRI_NUMA_E2E_REQUIRED"
 GUEST_PODS_TIMEOUT_S = 900
 CONTAINERD_VERSIONS = ("1.7.24", "2.1.9")
@@ -57,6 +60,16 @@ def guest(vm_layout: Layout, tmp_path_factory: pytest.TempPathFactory) -> Iterat
         current_image()
     except VmError as exc:
         pytest.skip(f"no numa-vm guest image: {exc}")
+    running = os.environ.get(RUNNING_GUEST_ENV)
+    if running:
+        # A guest `numa-vm up` left running (while working on the tests): the checkout is copied
+        # in again, the guest is left running.
+        vm = VmDir(Path(running).resolve())
+        if vm.pid() is None:
+            raise pytest.UsageError(f"{RUNNING_GUEST_ENV}={running}: no guest runs there")
+        refresh_sources(vm)
+        yield Guest(vm, load_layout(vm / "layout.json"), float(vm.ready.read_text()))
+        return
     vm = VmDir(tmp_path_factory.mktemp("numa-vm"))
     layout_file = os.environ.get(LAYOUT_ENV, str(DEFAULT_LAYOUT))
     try:

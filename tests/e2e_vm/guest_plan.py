@@ -69,8 +69,16 @@ def hugepage_pods(layout: Layout) -> list[dict[str, object]]:
              "hugepages_2m_mib": HUGEPAGES_MIB}]
 
 
+RECONCILE_PERIOD_S = 2
+
+
 def plan(layout: Layout, containerd: str) -> dict[str, object]:
-    scenarios = [{"name": "cpu", "config": base_config(layout), "pods": cpu_pods(layout)},
+    # The cpu scenario also widens two cpusets behind the agent's back (drift repair), then
+    # kills the agent and starts it again on its state (restart), then runs one more pod.
+    cpu = {"name": "cpu", "config": {**base_config(layout), "cpuManagerReconcilePeriod": f"{RECONCILE_PERIOD_S}s"},
+           "pods": cpu_pods(layout), "drift": ["one-core", "besteffort"], "restart": True,
+           "pods_after_restart": [{"name": "after-restart", "cpu_m": threads(layout) * 1000}]}
+    scenarios = [cpu,
                  {"name": "memory", "config": memory_config(layout), "pods": memory_pods(layout)}]
     if any(n.hugepages_2m * 2 >= HUGEPAGES_MIB for n in layout.nodes):
         scenarios.append({"name": "hugepages", "config": memory_config(layout), "pods": hugepage_pods(layout)})

@@ -42,6 +42,7 @@ from tests.e2e.harness.runtimes import find_runtimes
 MiB = 1 << 20
 GUEST_AGENT = Path("/usr/local/bin/nri-numa")  # scripts/vm-deps: the checkout's nri_numa, on the src disk
 WAIT_ANON_TIMEOUT_S = 120.0
+DRIFT_REPAIR_TIMEOUT_S = 60.0
 AGENT_ARGS = ("--pod-resources-socket", "", "--metrics-address", "off")
 
 
@@ -123,6 +124,42 @@ def shared_pool_now(client: CriClient, layout: CgroupLayout, names: dict[str, st
     return now
 
 
+def container_cgroup(client: CriClient, layout: CgroupLayout, container: str) -> Path:
+    return layout.mount / process_cgroup(int(client.container_info(container)["pid"]), layout).lstrip("/")  # type: ignore[arg-type]
+
+
+def widen_and_wait(client: CriClient, layout: CgroupLayout, container: str) -> dict[str, object]:
+    """Writes every CPU into the container's cpuset.cpus behind the agent's back (as another
+    agent or a `runc update` would), then waits for the agent's periodic check to put its
+    cpuset back. The seconds that took, or the cpuset still there at the deadline."""
+    folder = container_cgroup(client, layout, container)
+    before = (folder / "cpuset.cpus").read_text().strip()
+    every_cpu = Path("/sys/devices/system/cpu/online").read_text().strip()
+    (folder / "cpuset.cpus").write_text(every_cpu + "\n")
+    widened = (folder / "cpuset.cpus.effective").read_text().strip()
+    began = time.monotonic()
+    while time.monotonic() - began < DRIFT_REPAIR_TIMEOUT_S:
+        now = (folder / "cpuset.cpus").read_text().strip()
+        if now == before:
+            return {"before": before, "widened": widened, "repaired_after_s": round(time.monotonic() - began, 2),
+                    "effective": (folder / "cpuset.cpus.effective").read_text().strip()}
+        time.sleep(0.2)
+    return {"before": before, "widened": widened, "repaired_after_s": None,
+            "still": (folder / "cpuset.cpus").read_text().strip()}
+
+
+def restart_agent(daemon: ContainerdDaemon, agent: nri_agent.Agent, client: CriClient, layout: CgroupLayout,
+                  live: dict[str, str]) -> dict[str, object]:
+    """kill -9 of the agent, a new one on the same state folder; what every container has then."""
+    before = shared_pool_now(client, layout, live)
+    agent.kill()
+    began = time.monotonic()
+    connected = nri_agent.start_and_connect(daemon, agent, timeout_s=60)
+    agent.wait_log("synchronized:", count=2, timeout_s=60)
+    return {"connect_s": round(connected, 2), "synchronized_s": round(time.monotonic() - began, 2),
+            "cpus_effective_before": before, "cpus_effective": shared_pool_now(client, layout, live)}
+
+
 def run_scenario(daemon: ContainerdDaemon, layout: CgroupLayout, image_ref: str, scenario: dict,
                  folder: Path) -> dict:
     result: dict[str, object] = {"pods": {}}
@@ -135,6 +172,14 @@ def run_scenario(daemon: ContainerdDaemon, layout: CgroupLayout, image_ref: str,
             result["pods"][spec["name"]] = run_pod(client, layout, spec, image_ref)  # type: ignore[index]
         live = {name: got["container_id"] for name, got in result["pods"].items()  # type: ignore[union-attr]
                 if got.get("created")}
+        if scenario.get("drift"):
+            result["drift"] = {name: widen_and_wait(client, layout, live[name]) for name in scenario["drift"]}
+        if scenario.get("restart"):
+            result["restart"] = restart_agent(daemon, agent, client, layout, live)
+            for spec in scenario.get("pods_after_restart", []):
+                result["pods"][spec["name"]] = run_pod(client, layout, spec, image_ref)  # type: ignore[index]
+                if result["pods"][spec["name"]].get("created"):  # type: ignore[index]
+                    live[spec["name"]] = result["pods"][spec["name"]]["container_id"]  # type: ignore[index]
         result["cpus_effective_at_end"] = shared_pool_now(client, layout, live)
         state = subprocess.run([str(GUEST_AGENT), "state", "--state-dir", str(agent.state_dir), "--json"],
                                capture_output=True, text=True, timeout=60, check=False)

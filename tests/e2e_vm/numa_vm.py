@@ -148,6 +148,16 @@ def stage_sources(vm: VmDir) -> Path:
     return disk
 
 
+def refresh_sources(vm: VmDir) -> None:
+    """The working tree's sources copied into a running guest again (tar over ssh)."""
+    tar = subprocess.Popen(["tar", "c", "--exclude=__pycache__", *SOURCES], cwd=REPO, stdout=subprocess.PIPE)
+    done = subprocess.run([*vm.ssh_command(), remote_command(["tar", "x", "-C", GUEST_SRC])],
+                          stdin=tar.stdout, capture_output=True, text=True, timeout=300, check=False)
+    tar.wait()
+    if done.returncode != 0 or tar.returncode != 0:
+        raise VmError(f"copying the sources into the guest failed: {done.stderr.strip()[-400:]}")
+
+
 def run_checked(argv: list[str], what: str) -> None:
     done = subprocess.run(argv, capture_output=True, text=True, check=False)
     if done.returncode != 0:

@@ -19,6 +19,7 @@ from tests.e2e_vm.layout import Layout
 pytestmark = pytest.mark.vm
 MiB = 1 << 20
 ON_NODE_SHARE = 0.95
+REPAIR_MARGIN_S = 10.0  # a loaded TCG guest on 2 host CPUs
 
 
 def scenario(pods_run: dict, name: str) -> dict:
@@ -76,7 +77,9 @@ def test_the_shared_pool_is_what_exclusive_cpus_left(pods_run: dict, vm_layout: 
     got = scenario(pods_run, "cpu")
     every_cpu = {cpu for n in vm_layout.nodes for cpu in n.cpus}
     assert parse_list(pod(got, "besteffort")["inside_cpus"]) == every_cpu  # before any exclusive one
-    exclusive = parse_list(pod(got, "whole-node")["cpus"]) | parse_list(pod(got, "one-core")["cpus"])
+    exclusive = {cpu for name, placed in got["pods"].items() if placed["created"] and name != "besteffort"
+                 for cpu in parse_list(placed["cpus"])}
+    assert exclusive
     assert parse_list(got["cpus_effective_at_end"]["besteffort"]) == every_cpu - exclusive
 
 
@@ -100,7 +103,7 @@ def test_state_reads_the_scopes_back_without_drift(pods_run: dict) -> None:
             seen = by_id[placed["container_id"]]
             assert seen["cgroup"]["path"] == placed["cgroup"], name
             assert seen["cgroup"]["problem"] is None, name
-            assert parse_list(seen["cgroup"]["cpus"]) == parse_list(placed["cpus_effective"]), name
+            assert parse_list(seen["cgroup"]["cpus"]) == parse_list(got["cpus_effective_at_end"][name]), name
 
 
 def test_the_static_memory_manager_keeps_memory_on_the_chosen_node(pods_run: dict, vm_layout: Layout) -> None:
@@ -123,3 +126,26 @@ def test_hugepages_are_placed_on_a_node_that_has_them(pods_run: dict, vm_layout:
     assert vm_layout.node(node).hugepages_2m * 2 >= guest_plan.HUGEPAGES_MIB
     records = json.loads(got["state"]["stdout"])["containers"][0]["memory"]
     assert {"resource": "hugepages-2Mi", "numa_nodes": [node], "bytes": guest_plan.HUGEPAGES_MIB * MiB} in records
+
+
+def test_a_cpuset_changed_behind_the_agents_back_is_repaired(pods_run: dict) -> None:
+    """cpuset.cpus of a scope widened to every CPU; the periodic check puts it back through NRI
+    (containerd, runc update, systemd's AllowedCPUs)."""
+    got = scenario(pods_run, "cpu")
+    for name, drift in got["drift"].items():
+        assert drift["widened"] != drift["before"], name
+        assert drift["repaired_after_s"] is not None, f"{name}: still {drift['still']}, not {drift['before']}"
+        assert drift["repaired_after_s"] <= guest_plan.RECONCILE_PERIOD_S + REPAIR_MARGIN_S, name
+        assert drift["effective"] == drift["before"], name
+    assert got["agent_log"].count("(its cgroup differed at the periodic check)") >= len(got["drift"])
+
+
+def test_a_restarted_agent_keeps_every_container_where_it_was(pods_run: dict, vm_layout: Layout) -> None:
+    got = scenario(pods_run, "cpu")
+    restart = got["restart"]
+    assert restart["cpus_effective"] == restart["cpus_effective_before"]
+    after = parse_list(pod(got, "after-restart")["cpus_effective"])
+    assert len(after) == guest_plan.threads(vm_layout) and len(nodes_of(vm_layout, after)) == 1
+    for name, cpus in restart["cpus_effective_before"].items():
+        if name != "besteffort":
+            assert not after & parse_list(cpus), f"after-restart got {after}, {name} has {cpus}"
