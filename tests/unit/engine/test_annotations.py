@@ -75,7 +75,8 @@ def test_unknown_names_under_the_prefix_are_errors():
     assert str(e.value) == (f"annotation {PREFIX}topology-polcy: unknown; annotations under "
                             f"{PREFIX} are {PREFIX}devices, {PREFIX}devices.<container>, "
                             f"{PREFIX}isolated-cpus, {PREFIX}isolated-cpus.<container>, "
-                            f"{PREFIX}scheduled-numa-nodes, {TOPOLOGY_POLICY}, {TOPOLOGY_SCOPE}")
+                            f"{PREFIX}retry-for-room, {PREFIX}scheduled-numa-nodes, "
+                            f"{TOPOLOGY_POLICY}, {TOPOLOGY_SCOPE}")
 
 
 @pytest.mark.parametrize("name", [PREFIX + "devices", PREFIX + "devices.main"])
