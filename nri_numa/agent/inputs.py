@@ -12,16 +12,14 @@ the agent, the hook and the CLI; only the agent reads it (``read_config_document
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from nri_numa.frozen import frozen
 from nri_numa.safeio.bounds import quote, join_problems
 from nri_numa.safeio.documents import DocumentError, NotParsedError, documents
 from nri_numa.topology.model import Topology, TopologyFormatError
 
-TYPE_CHECKING = False  # as typing.TYPE_CHECKING: a hook process does not import typing
 if TYPE_CHECKING:
-    from typing import Any
-
     from nri_numa.engine.config import EngineConfig
 
 

@@ -13,10 +13,7 @@ from __future__ import annotations
 
 import sys
 from types import ModuleType
-
-TYPE_CHECKING = False  # as typing.TYPE_CHECKING: a hook process does not import typing
-if TYPE_CHECKING:
-    from typing import Any
+from typing import Any
 
 __all__ = ["after_fast_client", "build_parser", "main"]
 

@@ -12,14 +12,13 @@ import os
 import sys
 from collections.abc import Sequence
 from types import ModuleType
+from typing import TYPE_CHECKING, Any
 
 from nri_numa import __version__
 from nri_numa.cli.errors import CliError
 from nri_numa.safeio.bounds import LINE_LIMIT, one_line
 
-TYPE_CHECKING = False  # as typing.TYPE_CHECKING: a hook process does not import typing
 if TYPE_CHECKING:
-    from typing import Any
     import argparse
 
 DEBUG_ENV = "NRI_NUMA_DEBUG"  # set (to anything): an internal error prints its traceback

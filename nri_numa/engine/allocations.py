@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from functools import cached_property
 from operator import itemgetter
 from types import MappingProxyType
+from typing import TYPE_CHECKING, Any
 
 from nri_numa.engine.cpu.topology import checked_mask
 from nri_numa.engine.hints import Hint
@@ -20,10 +21,7 @@ from nri_numa.frozen import MISSING, field, frozen
 from nri_numa.topology.cpulist import (MAX_ID, ListFormatError, format_list, parse_list,
                                       parse_list_once)
 
-TYPE_CHECKING = False  # as typing.TYPE_CHECKING: a hook process does not import typing
 if TYPE_CHECKING:
-    from typing import Any
-
     from nri_numa.engine.memory import MemoryState
 
 

@@ -34,16 +34,14 @@ the extender's, only makes kube-scheduler look at the pod again; nothing here re
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from typing import TypeVar
+
 from nri_numa.engine.config import EngineConfig, Ranked, TopologyPolicy, TopologyScope
 from nri_numa.frozen import frozen
 from nri_numa.safeio.bounds import MAX_ANNOTATION_VALUE, clip, quote
 from nri_numa.topology.cpulist import ListFormatError, format_list, parse_list
 
-TYPE_CHECKING = False  # as typing.TYPE_CHECKING: a hook process does not import typing
-if TYPE_CHECKING:
-    from typing import TypeVar
-
-    R = TypeVar("R", bound=Ranked)
+R = TypeVar("R", bound=Ranked)
 
 PREFIX = "numa.nri.io/"
 TOPOLOGY_POLICY = PREFIX + "topology-policy"

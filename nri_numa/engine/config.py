@@ -23,16 +23,13 @@ from collections.abc import Iterable, Mapping
 from enum import StrEnum
 from functools import cached_property
 from types import MappingProxyType
+from typing import Any
 
 from nri_numa.engine.policy.options import (DEFAULT_MAX_ALLOWABLE_NUMA_NODES,
                                             MAX_ALLOWABLE_NUMA_NODES, PREFER_CLOSEST_NUMA_NODES)
 from nri_numa.engine.request import RequestError, hugepage_size_kib
 from nri_numa.frozen import field, fields, frozen
 from nri_numa.safeio.bounds import clip, quote
-
-TYPE_CHECKING = False  # as typing.TYPE_CHECKING: a hook process does not import typing
-if TYPE_CHECKING:
-    from typing import Any
 
 
 class ConfigError(ValueError):

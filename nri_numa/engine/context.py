@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from functools import cached_property
 from types import MappingProxyType
+from typing import TYPE_CHECKING
 
 from nri_numa.engine.allocations import Allocations
 from nri_numa.engine.annotations import PodTopology, pod_topology
@@ -20,7 +21,6 @@ from nri_numa.frozen import frozen, replace
 from nri_numa.topology.cpulist import format_list
 from nri_numa.topology.model import Topology
 
-TYPE_CHECKING = False  # as typing.TYPE_CHECKING: a hook process does not import typing
 if TYPE_CHECKING:
     from nri_numa.engine.memory.state import MemoryState
 

@@ -4,15 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from types import MappingProxyType
+from typing import Any
 
 from nri_numa.engine.hints import Hint
 from nri_numa.engine.providers import ResourceDemand
 from nri_numa.frozen import field, frozen
 from nri_numa.topology.cpulist import format_list
-
-TYPE_CHECKING = False  # as typing.TYPE_CHECKING: a hook process does not import typing
-if TYPE_CHECKING:
-    from typing import Any
 
 
 @frozen

@@ -18,14 +18,11 @@ from collections.abc import Callable, Mapping
 from enum import StrEnum
 from functools import cached_property
 from types import MappingProxyType
+from typing import Any
 
 from nri_numa.frozen import MISSING, field, frozen
 from nri_numa.safeio.bounds import quote
 from nri_numa.topology.cpulist import MAX_ID
-
-TYPE_CHECKING = False  # as typing.TYPE_CHECKING: a hook process does not import typing
-if TYPE_CHECKING:
-    from typing import Any
 
 CPU = "cpu"
 MEMORY = "memory"

@@ -26,12 +26,11 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any
 
 from nri_numa.hook import deadline
 
-TYPE_CHECKING = False  # as typing.TYPE_CHECKING: a hook process does not import typing
 if TYPE_CHECKING:
-    from typing import Any
     import socket
 
 SOCKET_NAME = "hook.sock"

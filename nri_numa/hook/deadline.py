@@ -23,12 +23,9 @@ import os
 import stat
 import sys
 import time
+from typing import Any
 
 from nri_numa.hook.state_folder import open_state_folder
-
-TYPE_CHECKING = False  # as typing.TYPE_CHECKING: a hook process does not import typing
-if TYPE_CHECKING:
-    from typing import Any
 
 BURST_HINT = ('too many hooks at once for this machine without the hook daemon '
               '(docs/oci-hook.md, "Burst-proof setup")')

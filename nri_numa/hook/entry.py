@@ -19,6 +19,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import IO, TYPE_CHECKING, Any
 
 from nri_numa.deferred_log import get_logger, route_to, unroute
 from nri_numa.frozen import frozen
@@ -39,10 +40,7 @@ _LOCK_MARGIN_S = 0.5  # left, after waiting for the lock, for the transaction it
 REBUILT = ("the hook starts from an empty ledger, so the CPUs of containers it placed before "
            "count as free")
 
-TYPE_CHECKING = False  # as typing.TYPE_CHECKING: a hook process does not import typing
 if TYPE_CHECKING:
-    from typing import IO, Any
-
     from nri_numa.hook.machine import Machine
     from nri_numa.hook.memory import DaemonMemory
 

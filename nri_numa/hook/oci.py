@@ -11,14 +11,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from pathlib import Path
 from types import MappingProxyType
+from typing import Any
 
 from nri_numa.frozen import field, frozen
 from nri_numa.safeio.bounds import MAX_NAME, clip, quote
 from nri_numa.safeio.documents import DocumentError, NotParsedError, load_json
-
-TYPE_CHECKING = False  # as typing.TYPE_CHECKING: a hook process does not import typing
-if TYPE_CHECKING:
-    from typing import Any
 
 MAX_INPUT_BYTES = 16 << 20  # a spec with a large seccomp profile is ~100 kB; this is far beyond
 

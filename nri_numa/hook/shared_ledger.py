@@ -16,6 +16,7 @@ for the createRuntime hook to claim it, and is dropped after ``PENDING_GRACE_S``
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
+from typing import TYPE_CHECKING, Any
 
 from nri_numa.deferred_log import get_logger
 from nri_numa.engine.context import EngineContext
@@ -32,10 +33,7 @@ from nri_numa.state.plugin_records import (ContainerRecord, PodRecord, RecordErr
 
 log = get_logger("nri_numa.hook")
 
-TYPE_CHECKING = False  # as typing.TYPE_CHECKING: a hook process does not import typing
 if TYPE_CHECKING:
-    from typing import Any
-
     from nri_numa.runtime.device_locator import DeviceLocator
     from nri_numa.state.encoding import LedgerEncoder, RecordsEncoder
 

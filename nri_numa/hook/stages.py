@@ -21,6 +21,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from nri_numa.deferred_log import get_logger
 from nri_numa.engine.annotations import AnnotationError
@@ -38,10 +39,7 @@ from nri_numa.runtime.to_request import asked_devices
 from nri_numa.state.checkpoint import CheckpointError, CheckpointStore, LockBusy
 from nri_numa.topology.cpulist import format_list
 
-TYPE_CHECKING = False  # as typing.TYPE_CHECKING: a hook process does not import typing
 if TYPE_CHECKING:
-    from typing import Any
-
     from nri_numa.hook.memory import DaemonMemory
 
 log = get_logger("nri_numa.hook")

@@ -7,10 +7,9 @@ load the device grants and CDI (``device_grant``, ``cdi``) for it."""
 
 from __future__ import annotations
 
-TYPE_CHECKING = False  # as typing.TYPE_CHECKING: a hook process does not import typing
-if TYPE_CHECKING:
-    from typing import Any
+from typing import TYPE_CHECKING, Any
 
+if TYPE_CHECKING:
     from nri_numa.runtime.container import (DeviceNode, RuntimeContainer, RuntimeInputError,
                                             RuntimePod, page_size_kib, parse_env)
     from nri_numa.runtime.device_grant import DeviceGranter, Grant, GrantedNode, GrantError

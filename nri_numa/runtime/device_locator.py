@@ -15,6 +15,7 @@ import os
 import re
 from collections.abc import Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from nri_numa.deferred_log import get_logger
 from nri_numa.engine.context import GPU_RESOURCE
@@ -25,7 +26,6 @@ from nri_numa.runtime.device_markers import (CDI_ANNOTATION_PREFIX, NVIDIA_MAJOR
 from nri_numa.topology.model import Topology
 from nri_numa.topology.parts import Gpu
 
-TYPE_CHECKING = False  # as typing.TYPE_CHECKING: a hook process does not import typing
 if TYPE_CHECKING:
     from nri_numa.engine.devices import Resource
     from nri_numa.runtime.cdi import CdiRegistry

@@ -16,15 +16,12 @@ path in the spec (``linux.resources.cpu.quota``).
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any
 
 from nri_numa.runtime.container import (DeviceNode, RuntimeContainer, RuntimeInputError,
                                         RuntimePod, page_size_kib, parse_cpuset, parse_env)
 from nri_numa.safeio.bounds import quote
 from nri_numa.safeio.documents import DocumentError, load_json
-
-TYPE_CHECKING = False  # as typing.TYPE_CHECKING: a hook process does not import typing
-if TYPE_CHECKING:
-    from typing import Any
 
 SANDBOX_ID_KEYS = ("io.kubernetes.cri.sandbox-id", "io.kubernetes.cri-o.SandboxID")
 CONTAINER_TYPE_KEYS = ("io.kubernetes.cri.container-type", "io.kubernetes.cri-o.ContainerType")

@@ -14,13 +14,10 @@ from __future__ import annotations
 
 import json
 from itertools import accumulate
+from typing import Any
 
 # The bounds every document has (a checkpoint nests about 10 deep, a topology about 6).
 from nri_numa.safeio.bounds import MAX_DEPTH, MAX_DIGITS
-
-TYPE_CHECKING = False  # as typing.TYPE_CHECKING: a hook process does not import typing
-if TYPE_CHECKING:
-    from typing import Any
 
 
 _DIGITS_AS_ZEROS = bytes(ord("0") if chr(b) in "0123456789" else ord(" ") for b in range(256))

@@ -15,10 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from reprlib import Repr
-
-TYPE_CHECKING = False  # as typing.TYPE_CHECKING: a hook process does not import typing
-if TYPE_CHECKING:
-    from typing import Any
+from typing import Any
 
 QUOTE_LIMIT = 40  # characters of a bad value an error line shows
 LINE_LIMIT = 500  # characters of an error line, its prefix included

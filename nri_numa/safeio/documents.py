@@ -18,13 +18,10 @@ from __future__ import annotations
 
 import json
 from collections.abc import Collection, Mapping
+from typing import Any
 
 from nri_numa.safeio.bounds import (MAX_DEPTH, MAX_DIGITS, MAX_NODES, BoundError, check_tree, quote,
                                     quote_some)
-
-TYPE_CHECKING = False  # as typing.TYPE_CHECKING: a hook process does not import typing
-if TYPE_CHECKING:
-    from typing import Any
 
 _YAML = "tag:yaml.org,2002:"
 PLAIN_TAGS = frozenset(_YAML + t for t in ("str", "int", "float", "bool", "null", "seq", "map",

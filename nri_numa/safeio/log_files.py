@@ -7,12 +7,9 @@ from __future__ import annotations
 
 import os
 import stat
+from pathlib import Path
 
 from nri_numa.safeio.safe_files import APPEND, NotAFile, UnusableFile, open_file, open_folder
-
-TYPE_CHECKING = False  # as typing.TYPE_CHECKING: a hook process does not import typing
-if TYPE_CHECKING:
-    from pathlib import Path
 
 
 class LogSetupError(ValueError):

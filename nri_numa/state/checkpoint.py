@@ -32,6 +32,7 @@ import stat
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import Any
 
 try:
     from _sha2 import sha256 as _builtin_sha256  # Python 3.12 and later
@@ -48,10 +49,6 @@ from nri_numa.safeio.safe_files import NotAFile, UnusableFile
 from nri_numa.state.encoding import canonical, encode_payload
 from nri_numa.topology.cpulist import format_list
 from nri_numa.topology.model import Topology
-
-TYPE_CHECKING = False  # as typing.TYPE_CHECKING: a hook process does not import typing
-if TYPE_CHECKING:
-    from typing import Any
 
 log = get_logger(__name__)
 

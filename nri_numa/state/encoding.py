@@ -16,15 +16,13 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Mapping
 from functools import lru_cache
+from typing import TYPE_CHECKING, Any
 
 from nri_numa.engine.allocations import Allocations, PodAllocation
 from nri_numa.state.ledger import LEDGER_VERSION, Ledger
 from nri_numa.topology.cpulist import format_cached
 
-TYPE_CHECKING = False  # as typing.TYPE_CHECKING: a hook process does not import typing
 if TYPE_CHECKING:
-    from typing import Any
-
     from nri_numa.engine.memory import MemoryState
     from nri_numa.state.plugin_records import ContainerRecord, PodRecord
 

@@ -9,15 +9,12 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable
+from typing import Any
 
 from nri_numa.engine.admit import Admission, admit, release
 from nri_numa.engine.allocations import Allocations, AllocationsError
 from nri_numa.engine.context import EngineContext
 from nri_numa.engine.request import ContainerRequest, PodRequest
-
-TYPE_CHECKING = False  # as typing.TYPE_CHECKING: a hook process does not import typing
-if TYPE_CHECKING:
-    from typing import Any
 
 LEDGER_VERSION = 1
 

@@ -7,14 +7,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from operator import itemgetter
 from types import MappingProxyType
+from typing import Any
 
 from nri_numa.engine.request import ContainerRequest, RequestError
 from nri_numa.frozen import MISSING, field, frozen
 from nri_numa.topology.cpulist import ListFormatError, format_cached, parse_list, parse_list_once
-
-TYPE_CHECKING = False  # as typing.TYPE_CHECKING: a hook process does not import typing
-if TYPE_CHECKING:
-    from typing import Any
 
 
 # --- what the plugin remembers besides the ledger ----------------------------------------

@@ -12,16 +12,13 @@ from collections.abc import Mapping
 from functools import cached_property
 from operator import attrgetter, itemgetter
 from types import MappingProxyType
+from typing import Any
 
 from nri_numa.frozen import frozen
 from nri_numa.safeio.bounds import MAX_DIGITS, clip, quote
 from nri_numa.safeio.documents import DocumentError, NotParsedError, load_json
 from nri_numa.topology.cpulist import MAX_ID, format_list, parse_list, parse_list_once
 from nri_numa.topology.parts import PCIE_LEVELS, Cpu, Gpu, HugePages, Nic, NumaNode, PciDevice
-
-TYPE_CHECKING = False  # as typing.TYPE_CHECKING: a hook process does not import typing
-if TYPE_CHECKING:
-    from typing import Any
 
 SCHEMA_VERSION = 1
 

@@ -22,13 +22,10 @@ from collections.abc import Iterable, Iterator, Mapping
 from functools import cached_property
 from operator import attrgetter
 from types import MappingProxyType
+from typing import Any
 
 from nri_numa.frozen import field, frozen
 from nri_numa.topology.model import Topology
-
-TYPE_CHECKING = False  # as typing.TYPE_CHECKING: a hook process does not import typing
-if TYPE_CHECKING:
-    from typing import Any
 
 
 class CPUTopologyError(ValueError):

@@ -28,6 +28,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from functools import cached_property
 from types import MappingProxyType
+from typing import Any
 
 from nri_numa.engine.memory.nodes import (MachineCapacity, Mask, MemoryTable, NodeState,
                                           machine_state_difference, reserve_on)
@@ -35,10 +36,6 @@ from nri_numa.engine.memory.resources import MEMORY, hugepage_resource_name, is_
 from nri_numa.engine.quantity import format_binary
 from nri_numa.frozen import field, frozen
 from nri_numa.topology.model import Topology
-
-TYPE_CHECKING = False  # as typing.TYPE_CHECKING: a hook process does not import typing
-if TYPE_CHECKING:
-    from typing import Any
 
 ReservedMemory = Mapping[int, Mapping[str, int]]  # node → resource → bytes
 

@@ -7,15 +7,10 @@ hint to align to and whether the pod is admitted; ``merge`` is the shared HintMe
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Protocol
 
 from nri_numa.engine.hints import Hint, MergeError, MergeFn, Slot
 from nri_numa.engine.policy.options import go_quote
-
-TYPE_CHECKING = False  # as typing.TYPE_CHECKING: a hook process does not import typing
-if TYPE_CHECKING:
-    from typing import Protocol
-else:
-    Protocol = object  # a plain base at run time: nothing checks against it there
 
 
 class Policy(Protocol):

@@ -11,18 +11,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from types import MappingProxyType
+from typing import Protocol
 
 from nri_numa.engine.allocations import Allocations
 from nri_numa.engine.context import EngineContext
 from nri_numa.engine.hints import Hint
 from nri_numa.engine.request import ContainerRequest, PodRequest
 from nri_numa.frozen import field, frozen
-
-TYPE_CHECKING = False  # as typing.TYPE_CHECKING: a hook process does not import typing
-if TYPE_CHECKING:
-    from typing import Protocol
-else:
-    Protocol = object  # a plain base at run time: nothing checks against it there
 
 ProviderHints = Mapping[str, list[Hint] | None] | None
 

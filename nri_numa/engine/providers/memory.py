@@ -8,6 +8,7 @@ Guaranteed pods get their memory and hugepages reserved on the chosen NUMA nodes
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 from nri_numa.engine.allocations import Allocations
 from nri_numa.engine.context import EngineContext
@@ -16,7 +17,6 @@ from nri_numa.engine.providers import AllocationFailure, ProviderHints, Resource
 from nri_numa.engine.request import (ContainerKind, ContainerRequest, PodRequest, QosClass,
                                      pod_memory_requests)
 
-TYPE_CHECKING = False  # as typing.TYPE_CHECKING: a hook process does not import typing
 if TYPE_CHECKING:
     from nri_numa.engine.memory import MemoryState
 
