@@ -15,12 +15,21 @@ CreateContainer, so one CreateContainer is one admission request.
 * ``memory_manager_pinning_requests_total`` / ``..._errors_total``: the same for the Static memory
   policy, which pins every container of a Guaranteed pod. The providers allocate CPUs, then
   memory, then devices: a container whose CPUs could not be had never reaches memory.
+* ``container_aligned_compute_resources_count`` / ``..._failure_count`` (counters named
+  without ``_total``, as the kubelet names them), labels ``boundary`` and ``scope``: the
+  topology manager's ``numa_node`` alignment under the single-numa-node policy, per container
+  (container scope) or once per pod at its merge (pod scope); the static CPU policy's
+  ``physical_cpu`` alignment under full-pcpus-only; ``uncore_cache``: an exclusive allocation
+  whose CPUs share one uncore cache (no failure series, as in the kubelet).
 * ``scheduled_numa_nodes_stale_total`` (ours, no kubelet twin): containers whose pod carried
   the scheduler extender's NUMA nodes (numa.nri.io/scheduled-numa-nodes) that no longer held
   them, so the engine decided anew.
 
 Gauges are computed from the ledger when scraped (``LedgerCollector``), so they are never out of
-step with it; the handlers only increment counters, which takes a lock for a few instructions.
+step with it. The CPU manager's are among them (``cpu_manager_shared_pool_size_millicores``,
+``cpu_manager_exclusive_cpu_allocation_count``, ``cpu_manager_allocation_per_numa``), every
+NUMA node with CPUs shown (the kubelet sets only the nodes holding exclusive CPUs). The
+handlers only increment counters, which takes a lock for a few instructions.
 ``degraded_containers`` (ours) is the plugin's count as of its last committed change
 (nri_numa.nri.promotion): Guaranteed containers running in the shared pool without the CPUs
 (or memory nodes) the kubelet would pin them to.
@@ -33,12 +42,13 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from nri_numa.agent.prometheus_text import (CONTENT_TYPE, Counter, Histogram, MetricFamily,
-                                            Registry, exposition, gauge_family)
+from nri_numa.agent.prometheus_text import (CONTENT_TYPE, Counter, Histogram, LabelledCounter,
+                                            MetricFamily, Registry, exposition, gauge_family)
 from nri_numa.frozen import frozen
 
 if TYPE_CHECKING:
@@ -48,6 +58,7 @@ if TYPE_CHECKING:
     from nri_numa.engine.decision import Decision
     from nri_numa.engine.memory.state import MemoryState
     from nri_numa.engine.request import ContainerRequest, PodRequest
+    from nri_numa.engine.scope import MergeStep
     from nri_numa.state.ledger import Ledger
     from nri_numa.state.plugin_records import ContainerRecord
 
@@ -56,6 +67,13 @@ log = logging.getLogger(__name__)
 PREFIX = "nri_numa"
 # The kubelet's: metrics.ExponentialBuckets(.05, 2, 15), in milliseconds (0.05 ms to 819.2 ms).
 ADMISSION_BUCKETS_MS = tuple(0.05 * 2 ** i for i in range(15))
+# The kubelet's alignment series (pkg/kubelet/metrics: AlignedNUMANode, AlignedPhysicalCPU,
+# AlignedUncoreCache; AlignScopeContainer, AlignScopePod), as (boundary, scope). Its topology
+# manager and static CPU policy add each with 0 at start; the uncore cache has no failure series.
+NUMA_NODE, PHYSICAL_CPU, UNCORE_CACHE = "numa_node", "physical_cpu", "uncore_cache"
+ALIGNED_SERIES = ((NUMA_NODE, "container"), (NUMA_NODE, "pod"), (PHYSICAL_CPU, "container"),
+                  (UNCORE_CACHE, "container"))
+ALIGNMENT_FAILURE_SERIES = ALIGNED_SERIES[:3]
 
 
 class MetricsError(Exception):
@@ -70,7 +88,7 @@ class NoMetrics:
         yield
 
     def decided(self, ctx: EngineContext, pod: PodRequest, request: ContainerRequest,
-                decision: Decision) -> None:
+                decision: Decision, steps: Sequence[MergeStep] = ()) -> None:
         pass
 
     def repaired(self) -> None:
@@ -102,6 +120,11 @@ def pinning_of(ctx: EngineContext, pod: PodRequest, request: ContainerRequest,
     reached = rejection is None or (rejection.resource is not None
                                     and rejection.reason != "TopologyAffinityError")
     failed = rejection.resource if rejection is not None and reached else None
+    # The kubelet's allocation order is devices, CPUs, memory (the order its hint providers are
+    # added in): a device that cannot be had stops the container before the CPU manager.
+    if failed is not None and failed not in ("cpu", "memory") and not failed.startswith(
+            "hugepages-"):
+        reached, failed = False, None
     cpu_failed = failed == "cpu"
     wants_cpus = ctx.cpu_static and guaranteed_cpus(pod, request) > 0
     wants_memory = ctx.memory_static and pod.qos is QosClass.GUARANTEED
@@ -109,6 +132,43 @@ def pinning_of(ctx: EngineContext, pod: PodRequest, request: ContainerRequest,
     return Pinning(cpu_request=reached and wants_cpus, cpu_error=wants_cpus and cpu_failed,
                    memory_request=reached and wants_memory and not cpu_failed,
                    memory_error=wants_memory and memory_failed)
+
+
+@dataclass(frozen=True)
+class Alignment:
+    """What one decision did to the alignment counters: (boundary, scope) series."""
+
+    aligned: tuple[tuple[str, str], ...] = ()
+    failed: tuple[tuple[str, str], ...] = ()
+
+
+def alignment_of(ctx: EngineContext, decision: Decision, pinning: Pinning,
+                 steps: Sequence[MergeStep] = ()) -> Alignment:
+    """The kubelet's rules (topologymanager scope_container/scope_pod Admit, cpumanager
+    policy_static Allocate and updateMetricsOnAllocate) applied to one engine decision.
+    ``steps``: the admission's merges; a merge of subject "pod" is the pod scope's one merge."""
+    aligned: list[tuple[str, str]] = []
+    failed: list[tuple[str, str]] = []
+    rejection = decision.rejection
+    if decision.policy == "single-numa-node":  # IsAlignmentGuaranteed
+        scope = "pod" if decision.scope == "pod" else "container"
+        if rejection is not None and rejection.reason == "TopologyAffinityError":
+            failed.append((NUMA_NODE, scope))
+        elif rejection is None and (scope == "container" or any(
+                step.subject == "pod" and step.admitted for step in steps)):
+            aligned.append((NUMA_NODE, scope))
+    if pinning.cpu_request and ctx.config.cpu_options.full_pcpus_only:
+        (failed if pinning.cpu_error else aligned).append((PHYSICAL_CPU, "container"))
+    if pinning.cpu_request and rejection is None and decision.placements:
+        placement = decision.placements[0]
+        mask = 0
+        for cpu in placement.cpus:
+            mask |= 1 << cpu
+        # isAlignedAtUncoreCache: every CPU in the same uncore cache as the first.
+        caches = ctx.cpus.uncore_cpus.values()
+        if placement.exclusive and any(not mask & ~cache for cache in caches):
+            aligned.append((UNCORE_CACHE, "container"))
+    return Alignment(tuple(aligned), tuple(failed))
 
 
 class PluginMetrics:
@@ -148,6 +208,14 @@ class PluginMetrics:
         self.cpuset_repairs = r.register(Counter(
             f"{PREFIX}_cpuset_repairs", "The number of cpusets sent again to a started container "
             "whose cgroup missed an update."))
+        self.aligned = r.register(LabelledCounter(
+            f"{PREFIX}_container_aligned_compute_resources_count", "Cumulative number of aligned "
+            "compute resources allocated to containers by alignment type.",
+            ("boundary", "scope"), ALIGNED_SERIES, total=False))
+        self.alignment_failures = r.register(LabelledCounter(
+            f"{PREFIX}_container_aligned_compute_resources_failure_count", "Cumulative number of "
+            "failures to allocate aligned compute resources to containers by alignment type.",
+            ("boundary", "scope"), ALIGNMENT_FAILURE_SERIES, total=False))
         r.register(LedgerCollector(view, degraded))
 
     @contextmanager
@@ -165,11 +233,12 @@ class PluginMetrics:
             self.admission_duration.observe((time.perf_counter() - began) * 1000)
 
     def decided(self, ctx: EngineContext, pod: PodRequest, request: ContainerRequest,
-                decision: Decision) -> None:
+                decision: Decision, steps: Sequence[MergeStep] = ()) -> None:
         if decision.preferred_numa is not None and not decision.preferred_numa.honoured:
             self.stale_choices.inc()
         try:
             pinning = pinning_of(ctx, pod, request, decision)
+            alignment = alignment_of(ctx, decision, pinning, steps)
         except Exception:  # a counter is never worth failing a container over
             log.exception("metrics: cannot classify the decision for %s", request.name)
             return
@@ -179,6 +248,10 @@ class PluginMetrics:
                                (pinning.memory_error, self.memory_errors)):
             if moved:
                 counter.inc()
+        for series in alignment.aligned:
+            self.aligned.inc(series)
+        for series in alignment.failed:
+            self.alignment_failures.inc(series)
 
     def repaired(self) -> None:
         self.cpuset_repairs.inc()
@@ -226,7 +299,7 @@ def ledger_families(ledger: Ledger,
         isolated_here = ctx.isolated_cpus & on_node
         isolated.add([label, "exclusive"], len(isolated_here & exclusive))
         isolated.add([label, "free"], len(isolated_here - exclusive - ctx.reserved_cpus))
-    families: list[MetricFamily] = [free_cpus, cpus, isolated]
+    families: list[MetricFamily] = [free_cpus, cpus, isolated, *_cpu_manager_families(ctx, allocs)]
     if allocs.memory is not None:
         families.extend(_memory_families(allocs.memory))
     if ctx.devices:
@@ -238,6 +311,31 @@ def ledger_families(ledger: Ledger,
     managed.add(["shared"], len(containers) - held)
     families.append(managed)
     return families
+
+
+def _cpu_manager_families(ctx: EngineContext, allocs: Allocations) -> list[MetricFamily]:
+    """The static CPU policy's gauges (cpumanager policy_static initializeMetrics,
+    updateMetricsOnAllocate/Release). Without the static policy the kubelet never sets them:
+    both sizes read 0 and no node is shown."""
+    pool = gauge_family(f"{PREFIX}_cpu_manager_shared_pool_size_millicores", "The size of the "
+                        "shared CPU pool for non-guaranteed QoS pods, in millicores.")
+    exclusive = gauge_family(f"{PREFIX}_cpu_manager_exclusive_cpu_allocation_count", "The total "
+                             "number of CPUs exclusively allocated to containers running on "
+                             "this node")
+    per_numa = gauge_family(f"{PREFIX}_cpu_manager_allocation_per_numa", "Number of CPUs "
+                            "allocated per NUMA node", ["numa_node"])
+    if not ctx.cpu_static:
+        pool.add((), 0)
+        exclusive.add((), 0)
+        return [pool, exclusive, per_numa]
+    held = allocs.exclusive_cpus()
+    # GetAvailableCPUs: the default (shared) set less the reserved CPUs.
+    pool.add((), len(allocs.shared - ctx.reserved_cpus) * 1000)
+    exclusive.add((), len(held))
+    for node in ctx.topology.numa_nodes:
+        if node.cpus:
+            per_numa.add([str(node.id)], len(held & frozenset(node.cpus)))
+    return [pool, exclusive, per_numa]
 
 
 def degraded_family(count: int) -> MetricFamily:

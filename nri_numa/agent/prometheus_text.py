@@ -46,6 +46,9 @@ class MetricFamily:
     kind: str  # one of KINDS
     label_names: tuple[str, ...] = ()
     samples: list[Sample] = field(default_factory=list, compare=False)
+    # Counters only: whether the name on the TYPE line and the samples ends in _total. The
+    # kubelet has counters named without it (container_aligned_compute_resources_count).
+    total: bool = True
 
     def __post_init__(self) -> None:
         if not _METRIC_NAME.fullmatch(self.name):
@@ -59,7 +62,7 @@ class MetricFamily:
     @property
     def exposed_name(self) -> str:
         """The name on the HELP and TYPE lines: a counter's carries _total, as its sample does."""
-        return f"{self.name}_total" if self.kind == "counter" else self.name
+        return f"{self.name}_total" if self.kind == "counter" and self.total else self.name
 
     def add(self, label_values: Sequence[str], value: float, suffix: str | None = None,
             extra: Mapping[str, str] | None = None) -> None:
@@ -68,7 +71,7 @@ class MetricFamily:
             raise ValueError(f"metric {self.name}: {len(label_values)} label values for the "
                              f"labels {self.label_names}")
         if suffix is None:
-            suffix = "_total" if self.kind == "counter" else ""
+            suffix = "_total" if self.kind == "counter" and self.total else ""
         labels = dict(zip(self.label_names, label_values))
         labels.update(extra or {})
         self.samples.append(Sample(self.name + suffix, labels, float(value)))
@@ -113,6 +116,44 @@ class Counter:
 
     def collect(self) -> list[MetricFamily]:
         return [counter_family(self.name, self.help, self._value)]
+
+
+class LabelledCounter:
+    """A counter with labels, every series of ``series`` shown from the start (at 0), as the
+    kubelet's ``Add(0)`` does; ``total=False`` keeps a kubelet name without ``_total``.
+    Incrementing a series outside ``series`` is a programming error (ValueError)."""
+
+    def __init__(self, name: str, help: str, label_names: Sequence[str],
+                 series: Sequence[Sequence[str]], total: bool = True) -> None:
+        MetricFamily(name, help, "counter", tuple(label_names), total=total)
+        self.name, self.help, self.total = name, help, total
+        self.label_names = tuple(label_names)
+        self._lock = threading.Lock()
+        self._values = {tuple(labels): 0.0 for labels in series}
+        if any(len(labels) != len(self.label_names) for labels in self._values):
+            raise ValueError(f"counter {name}: every series needs {len(self.label_names)} label "
+                             "values")
+
+    def inc(self, labels: Sequence[str], amount: float = 1.0) -> None:
+        key = tuple(labels)
+        if amount < 0:
+            raise ValueError(f"counter {self.name} can only go up, not by {amount}")
+        with self._lock:
+            if key not in self._values:
+                raise ValueError(f"counter {self.name} has no series {key}")
+            self._values[key] += amount
+
+    def value(self, labels: Sequence[str]) -> float:
+        return self._values[tuple(labels)]
+
+    def collect(self) -> list[MetricFamily]:
+        family = MetricFamily(self.name, self.help, "counter", self.label_names,
+                              total=self.total)
+        with self._lock:
+            values = list(self._values.items())
+        for labels, value in values:
+            family.add(labels, value)
+        return [family]
 
 
 class Histogram:

@@ -297,7 +297,7 @@ class NumaPlugin:
             self._refused(pod, request.name, container.id, None, "RequestError", None, str(e))
             raise PluginError(f"nri-numa: {decision_log.describe(pod, request.name)}: "
                               f"{e}") from None
-        self._metrics.decided(records.ledger.ctx, pod_req, request, result.decision)
+        self._metrics.decided(records.ledger.ctx, pod_req, request, result.decision, result.steps)
         if (chosen := result.decision.preferred_numa) is not None and not chosen.honoured:
             decision_log.stale_choice(pod, request.name, chosen)
         rejection = result.decision.rejection

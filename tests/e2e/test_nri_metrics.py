@@ -28,7 +28,15 @@ ERRORS = "nri_numa_topology_manager_admission_errors_total"
 DURATIONS = "nri_numa_topology_manager_admission_duration_ms_count"
 PINNING = "nri_numa_cpu_manager_pinning_requests_total"
 PINNING_ERRORS = "nri_numa_cpu_manager_pinning_errors_total"
-COUNTERS = (REQUESTS, ERRORS, DURATIONS, PINNING, PINNING_ERRORS)
+# The kubelet's counter is named without _total; prometheus_client's parser adds it to samples.
+NUMA_ALIGNED = ("nri_numa_container_aligned_compute_resources_count_total"
+                "{boundary=numa_node}{scope=container}")
+NUMA_ALIGNMENT_FAILED = ("nri_numa_container_aligned_compute_resources_failure_count_total"
+                         "{boundary=numa_node}{scope=container}")
+COUNTERS = (REQUESTS, ERRORS, DURATIONS, PINNING, PINNING_ERRORS, NUMA_ALIGNED,
+            NUMA_ALIGNMENT_FAILED)
+POOL = "nri_numa_cpu_manager_shared_pool_size_millicores"
+HELD = "nri_numa_cpu_manager_exclusive_cpu_allocation_count"
 
 
 class Scraper:
@@ -69,13 +77,16 @@ def test_metrics_follow_real_containers(
     assert node0(got, "numa_node_free_cpus") == 1  # CPU 1; CPU 0 is reserved
     assert node0(got, "numa_node_cpus", pool="shared") == 2
     assert node0(got, "numa_node_cpus", pool="exclusive") == 0
+    assert (got[POOL], got[HELD]) == (1000, 0)  # CPU 1: CPU 0 is reserved
+    assert node0(got, "cpu_manager_allocation_per_numa") == 0
 
     be_sandbox = cri_client.run_pod(Pod("be", (BESTEFFORT,)))
     shared = cri_client.create_container(
         be_sandbox, Pod("be", (BESTEFFORT,)).container_config("work", busybox_image.ref))
     cri_client.start_container(shared)
     after_be = scraper.counters()
-    assert moved(start, after_be) == {REQUESTS: 1, DURATIONS: 1}  # admitted, nothing pinned
+    # Admitted, nothing pinned; single-numa-node aligns every container, as the kubelet counts.
+    assert moved(start, after_be) == {REQUESTS: 1, DURATIONS: 1, NUMA_ALIGNED: 1}
 
     g = Pod("g", (GUARANTEED_1,))
     g_sandbox = cri_client.run_pod(g)
@@ -83,7 +94,7 @@ def test_metrics_follow_real_containers(
                                                                            busybox_image.ref))
     cri_client.start_container(guaranteed)
     after_g = scraper.counters()
-    assert moved(after_be, after_g) == {REQUESTS: 1, DURATIONS: 1, PINNING: 1}
+    assert moved(after_be, after_g) == {REQUESTS: 1, DURATIONS: 1, PINNING: 1, NUMA_ALIGNED: 1}
     got = scraper.scrape(timed=True)
     exclusive_cgroup = cgroup_cpus(cri_client, cgroup_layout, guaranteed)
     shared_cgroup = cgroup_cpus(cri_client, cgroup_layout, shared)
@@ -93,6 +104,8 @@ def test_metrics_follow_real_containers(
     assert node0(got, "numa_node_free_cpus") == 0
     assert got["nri_numa_containers{cpus=exclusive}"] == 1
     assert got["nri_numa_containers{cpus=shared}"] == 1
+    assert (got[POOL], got[HELD]) == (0, 1)
+    assert node0(got, "cpu_manager_allocation_per_numa") == 1
 
     big = Pod("big", (GUARANTEED_2,))
     big_sandbox = cri_client.run_pod(big)
@@ -100,7 +113,8 @@ def test_metrics_follow_real_containers(
         cri_client.create_container(big_sandbox, big.container_config("work", busybox_image.ref))
     after_refusal = scraper.counters()
     # Refused by the topology merge: the CPU manager was never asked, as in the kubelet.
-    assert moved(after_g, after_refusal) == {REQUESTS: 1, ERRORS: 1, DURATIONS: 1}
+    assert moved(after_g, after_refusal) == {REQUESTS: 1, ERRORS: 1, DURATIONS: 1,
+                                             NUMA_ALIGNMENT_FAILED: 1}
 
     cri_client.stop_pod(g_sandbox)
     cri_client.remove_pod(g_sandbox)
@@ -109,4 +123,5 @@ def test_metrics_follow_real_containers(
     assert node0(got, "numa_node_cpus", pool="shared") == len(BOTH)
     assert node0(got, "numa_node_cpus", pool="exclusive") == 0
     assert node0(got, "numa_node_free_cpus") == 1
+    assert (got[POOL], got[HELD]) == (1000, 0)
     assert scraper.counters() == after_refusal  # releases are not admissions

@@ -10,8 +10,8 @@ import math
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from nri_numa.agent.prometheus_text import (Counter, Histogram, MetricFamily, Registry,
-                                            counter_family, exposition, format_value,
+from nri_numa.agent.prometheus_text import (Counter, Histogram, LabelledCounter, MetricFamily,
+                                            Registry, counter_family, exposition, format_value,
                                             gauge_family)
 
 
@@ -157,3 +157,20 @@ def test_get_sample_value_matches_name_and_exact_labels():
     assert registry.get_sample_value("d_bucket", {"le": "1.0"}) == 1
     assert registry.get_sample_value("d_count") == 1
     assert registry.get_sample_value("absent") is None
+
+
+def test_a_labelled_counter_keeps_a_kubelet_name_without_total_and_shows_every_series():
+    counter = LabelledCounter("kubelet_like_count", "Named as the kubelet names it.",
+                              ("boundary", "scope"),
+                              [("numa_node", "pod"), ("numa_node", "container")], total=False)
+    counter.inc(("numa_node", "pod"))
+    text = exposition(counter.collect())
+    assert "# TYPE kubelet_like_count counter\n" in text
+    assert 'kubelet_like_count{boundary="numa_node",scope="pod"} 1.0\n' in text
+    assert 'kubelet_like_count{boundary="numa_node",scope="container"} 0.0\n' in text
+    [family] = text_string_to_metric_families(text)
+    assert (family.name, family.type) == ("kubelet_like_count", "counter")
+    with pytest.raises(ValueError, match="has no series"):
+        counter.inc(("physical_cpu", "pod"))
+    with pytest.raises(ValueError, match="can only go up"):
+        counter.inc(("numa_node", "pod"), -1)

@@ -6,8 +6,10 @@ from __future__ import annotations
 import threading
 import time
 import urllib.request
+from pathlib import Path
 
 import pytest
+import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from nri_numa.agent.metrics import MetricsError, MetricsServer, PluginMetrics
@@ -192,3 +194,163 @@ def test_counting_is_safe_from_many_threads():
     for t in threads:
         t.join()
     assert counters(metrics)[:2] == (80, 0)
+
+
+# The kubelet's resource-manager metrics (pkg/kubelet/metrics/metrics.go, 1.32-1.36): the family
+# name as prometheus_client's parser gives it (a counter's without _total), its type, its labels.
+KUBELET_FAMILIES = {
+    "topology_manager_admission_requests": ("counter", set()),
+    "topology_manager_admission_errors": ("counter", set()),
+    "topology_manager_admission_duration_ms": ("histogram", {"le"}),
+    "cpu_manager_pinning_requests": ("counter", set()),
+    "cpu_manager_pinning_errors": ("counter", set()),
+    "cpu_manager_shared_pool_size_millicores": ("gauge", set()),
+    "cpu_manager_exclusive_cpu_allocation_count": ("gauge", set()),
+    "cpu_manager_allocation_per_numa": ("gauge", {"numa_node"}),
+    "memory_manager_pinning_requests": ("counter", set()),
+    "memory_manager_pinning_errors": ("counter", set()),
+    "container_aligned_compute_resources_count": ("counter", {"boundary", "scope"}),
+    "container_aligned_compute_resources_failure_count": ("counter", {"boundary", "scope"}),
+}
+KUBELET_ADMISSION_BUCKETS = [0.05 * 2 ** i for i in range(15)]  # ExponentialBuckets(.05, 2, 15)
+
+
+def scrape_families(url: str) -> dict:
+    with urllib.request.urlopen(url, timeout=5) as response:
+        assert response.headers["Content-Type"].startswith("text/plain; version=0.0.4")
+        text = response.read().decode()
+    return {family.name: family for family in text_string_to_metric_families(text)}
+
+
+def sample(families: dict, family: str, **labels: str) -> float:
+    (found,) = [s.value for s in families[f"nri_numa_{family}"].samples
+                if s.labels == labels and not s.name.endswith(("_created", "_bucket"))]
+    return found
+
+
+def aligned(families: dict, boundary: str, scope: str, failure: bool = False) -> float:
+    name = "container_aligned_compute_resources_" + ("failure_count" if failure else "count")
+    return sample(families, name, boundary=boundary, scope=scope)
+
+
+def test_the_kubelets_resource_manager_metrics_in_one_scrape():
+    plugin, metrics = plugin_with_metrics(
+        cpuManagerPolicyOptions={"full-pcpus-only": "true"}, **STATIC_MEMORY)
+    server = MetricsServer(metrics, MetricsAddress("127.0.0.1", 0))
+    try:
+        families = scrape_families(server.url)
+        for name, (kind, labels) in KUBELET_FAMILIES.items():
+            family = families[f"nri_numa_{name}"]
+            assert family.type == kind, name
+            assert {k for s in family.samples for k in s.labels} == labels, name
+        buckets = [float(s.labels["le"]) for s in
+                   families["nri_numa_topology_manager_admission_duration_ms"].samples
+                   if s.name.endswith("_bucket")]
+        assert buckets == pytest.approx(KUBELET_ADMISSION_BUCKETS + [float("inf")])
+        # The series the kubelet adds with 0 at start are there before any container.
+        for boundary, scope in (("numa_node", "container"), ("numa_node", "pod"),
+                                ("physical_cpu", "container"), ("uncore_cache", "container")):
+            assert aligned(families, boundary, scope) == 0
+        assert aligned(families, "physical_cpu", "container", failure=True) == 0
+        assert sample(families, "cpu_manager_shared_pool_size_millicores") == 7000  # 8 - reserved
+        assert sample(families, "cpu_manager_exclusive_cpu_allocation_count") == 0
+        assert [sample(families, "cpu_manager_allocation_per_numa", numa_node=n)
+                for n in "01"] == [0, 0]
+
+        g = msg.pod("g")
+        reply = create(plugin, g, msg.guaranteed(g, "app", cpus=2))
+        node = str(int(reply.adjust.linux.resources.cpu.cpus.split("-")[0]) // 4)
+        families = scrape_families(server.url)
+        assert sample(families, "cpu_manager_shared_pool_size_millicores") == 5000
+        assert sample(families, "cpu_manager_exclusive_cpu_allocation_count") == 2
+        assert sample(families, "cpu_manager_allocation_per_numa", numa_node=node) == 2
+        assert sample(families, "cpu_manager_allocation_per_numa",
+                      numa_node=str(1 - int(node))) == 0
+        assert aligned(families, "numa_node", "container") == 1  # single-numa-node admitted
+        assert aligned(families, "physical_cpu", "container") == 1  # full-pcpus-only
+        assert aligned(families, "uncore_cache", "container") == 1  # one L3 per node here
+        assert aligned(families, "numa_node", "pod") == 0
+
+        big = msg.pod("big")
+        refused(plugin, big, msg.guaranteed(big, "app", cpus=5))  # no node has 5
+        families = scrape_families(server.url)
+        assert aligned(families, "numa_node", "container", failure=True) == 1
+        # Refused by the merge: the CPU manager was never asked, so no physical_cpu failure.
+        assert aligned(families, "physical_cpu", "container", failure=True) == 0
+        assert sample(families, "topology_manager_admission_errors") == 1
+
+        plugin.stop_container(api.StopContainerRequest(pod=g,
+                                                       container=msg.guaranteed(g, "app", 2)))
+        families = scrape_families(server.url)
+        assert sample(families, "cpu_manager_shared_pool_size_millicores") == 7000
+        assert sample(families, "cpu_manager_exclusive_cpu_allocation_count") == 0
+        assert sample(families, "cpu_manager_allocation_per_numa", numa_node=node) == 0
+    finally:
+        server.stop()
+
+
+def test_pod_scope_counts_its_alignment_once_per_pod():
+    plugin, metrics = plugin_with_metrics(topologyManagerScope="pod")
+    g = msg.pod("g")
+    create(plugin, g, msg.guaranteed(g, "first", cpus=1))
+    create(plugin, g, msg.guaranteed(g, "second", cpus=1))
+    assert metrics.aligned.value(("numa_node", "pod")) == 1  # the pod's one merge
+    assert metrics.aligned.value(("numa_node", "container")) == 0
+    big = msg.pod("big")
+    refused(plugin, big, msg.guaranteed(big, "app", cpus=5))
+    assert metrics.alignment_failures.value(("numa_node", "pod")) == 1
+
+
+def test_alignment_is_counted_only_where_the_kubelet_guarantees_it():
+    plugin, metrics = plugin_with_metrics(topologyManagerPolicy="restricted")
+    g = msg.pod("g")
+    create(plugin, g, msg.guaranteed(g, "app", cpus=2))
+    # restricted is not IsAlignmentGuaranteed; no full-pcpus-only: no physical_cpu series moves.
+    assert metrics.aligned.value(("numa_node", "container")) == 0
+    assert metrics.aligned.value(("physical_cpu", "container")) == 0
+    assert metrics.aligned.value(("uncore_cache", "container")) == 1
+
+
+def test_an_exclusive_allocation_across_uncore_caches_is_not_uncore_aligned():
+    plugin, metrics = plugin_with_metrics(topologyManagerPolicy="none")
+    g = msg.pod("g")
+    create(plugin, g, msg.guaranteed(g, "app", cpus=5))  # more than one node's L3
+    assert metrics.aligned.value(("uncore_cache", "container")) == 0
+    assert int(value(metrics, "cpu_manager_exclusive_cpu_allocation_count")) == 5
+
+
+def test_a_device_that_cannot_be_had_stops_the_container_before_the_cpu_manager():
+    plugin, metrics = plugin_with_metrics(topologyManagerPolicy="none")
+    g = msg.pod("g")
+    c = msg.guaranteed(g, "app", cpus=1)
+    c.annotations["numa.nri.io/devices"] = "nvidia.com/gpu=2"  # one GPU on this machine
+    text = refused(plugin, g, c)
+    assert "nvidia.com/gpu" in text
+    # The kubelet allocates devices, then CPUs, then memory: no CPU pinning was asked for.
+    assert counters(metrics) == (1, 1, 0, 0, 0, 0)
+
+
+def test_without_the_static_cpu_policy_the_cpu_manager_gauges_stay_at_zero():
+    _, metrics = plugin_with_metrics(cpuManagerPolicy="none", reservedSystemCPUs="")
+    assert value(metrics, "cpu_manager_shared_pool_size_millicores") == 0
+    assert value(metrics, "cpu_manager_exclusive_cpu_allocation_count") == 0
+    assert not any(name == "nri_numa_cpu_manager_allocation_per_numa"
+                   for name, _ in samples(metrics))
+
+
+def test_the_recording_rules_name_every_kubelet_series_under_the_kubelets_name():
+    """packaging/prometheus/kubelet-recording-rules.yaml (docs/metrics.md): one rule per series
+    name of the kubelet's metrics, recording nri_numa_X as kubelet_X with the kubelet's job."""
+    rules_file = Path(__file__).parents[3] / "packaging/prometheus/kubelet-recording-rules.yaml"
+    [group] = yaml.safe_load(rules_file.read_text())["groups"]
+    rules = {rule["record"]: rule["expr"] for rule in group["rules"]}
+    _, metrics = plugin_with_metrics()
+    exported = {s.name for family in metrics.registry.collect()
+                if family.name.removeprefix("nri_numa_") in KUBELET_FAMILIES
+                or family.exposed_name.removeprefix("nri_numa_") in KUBELET_FAMILIES
+                for s in family.samples}
+    assert {f"kubelet_{name.removeprefix('nri_numa_')}" for name in exported} == set(rules)
+    for name in exported:
+        expr = rules[f"kubelet_{name.removeprefix('nri_numa_')}"]
+        assert f'{name}{{job="nri-numa"}}' in expr
+        assert '"job", "kubelet"' in expr and '"metrics_path", "/metrics"' in expr
