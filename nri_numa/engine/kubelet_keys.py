@@ -2,8 +2,11 @@
 has no use for, so that a kubelet's own config file can be handed to it as it is.
 
 Taken from the json names of the KubeletConfiguration type in Kubernetes'
-staging/src/k8s.io/kubelet/config/v1beta1/types.go, master after v1.34 (commit 001332b0).
-The keys nri-numa reads are not here: nri_numa.engine.config_reader owns those. A key in
+staging/src/k8s.io/kubelet/config/v1beta1/types.go, checked against Kubernetes 1.36.3
+(k8s.io/kubelet v0.36.3: 125 keys; 1.33 added imagePullCredentialsVerificationPolicy,
+mergeDefaultEvictionSettings, preloadedImagesVerificationAllowlist and userNamespaces, 1.36
+memoryReservationPolicy and tlsCurvePreferences), plus defaultPodSysctls of the master after
+1.36. The keys nri-numa reads are not here: nri_numa.engine.config_reader owns those. A key in
 neither list is a typo or a newer kubelet's key, and is refused with the nearest name.
 """
 
@@ -32,11 +35,11 @@ IGNORED_KUBELET_KEYS = frozenset({
     "nodeStatusUpdateFrequency", "nodeStatusReportFrequency", "nodeLeaseDurationSeconds",
     # DNS and networking
     "clusterDomain", "clusterDNS", "resolvConf", "hairpinMode", "makeIPTablesUtilChains",
-    "iptablesMasqueradeBit", "iptablesDropBit", "allowedUnsafeSysctls",
+    "iptablesMasqueradeBit", "iptablesDropBit", "allowedUnsafeSysctls", "defaultPodSysctls",
     "streamingConnectionIdleTimeout",
     # cgroups, QoS and the managers nri-numa does not stand in for
     "kubeletCgroups", "systemCgroups", "cgroupRoot", "cgroupsPerQOS", "cgroupDriver",
-    "singleProcessOOMKill", "draManagerReconcilePeriod", "qosReserved", "cpuCFSQuota",
+    "singleProcessOOMKill", "qosReserved", "cpuCFSQuota",
     "cpuCFSQuotaPeriod", "systemReservedCgroup", "kubeReservedCgroup", "enforceNodeAllocatable",
     "memoryThrottlingFactor", "memoryReservationPolicy", "memorySwap", "failSwapOn",
     "failCgroupV1", "localStorageCapacityIsolation", "oomScoreAdj", "maxOpenFiles",

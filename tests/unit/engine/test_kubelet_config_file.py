@@ -99,6 +99,35 @@ def test_the_labs_kubelet_config_is_read_as_it_is():
     assert config.cpu_manager_policy is CpuManagerPolicy.NONE
 
 
+KUBELET_1_36 = Path(__file__).parents[2] / "fixtures/kubelet-1.36/kubelet-config.yaml"
+# The resource managers' keys of KubeletConfiguration (1.36), all read by nri-numa.
+RESOURCE_MANAGER_KEYS = {"cpuManagerPolicy", "cpuManagerPolicyOptions",
+                         "cpuManagerReconcilePeriod", "memoryManagerPolicy", "reservedMemory", "topologyManagerPolicy",
+                         "topologyManagerScope", "topologyManagerPolicyOptions",
+                         "reservedSystemCPUs", "kubeReserved", "systemReserved"}
+
+
+def test_a_whole_136_kubelet_config_loads_with_every_resource_manager_key_read():
+    text = KUBELET_1_36.read_text()
+    document = read_config_document(KUBELET_1_36)  # as `nri-numa run --config` reads it
+    config = document.engine
+    assert config.cpu_manager_policy is CpuManagerPolicy.STATIC
+    assert config.cpu_options.full_pcpus_only and config.cpu_options.strict_cpu_reservation
+    assert config.cpu_options.prefer_align_cpus_by_uncorecache
+    assert config.topology_manager_policy is TopologyPolicy.SINGLE_NUMA_NODE
+    assert str(config.topology_manager_scope) == "pod"
+    assert config.max_allowable_numa_nodes == 8 and config.prefer_closest_numa_nodes
+    assert str(config.memory_manager_policy) == "Static"
+    assert config.reserved_memory_by_node == {0: {"memory": 1074 << 20},
+                                              1: {"memory": 1074 << 20}}
+    assert config.reserved_system_cpus == {0, 4} and config.cpu_manager_reconcile_period == 10
+    keys = set(_yaml(text)) - {"apiVersion", "kind"}
+    assert len(keys) == 125  # every field of the 1.36 type
+    assert RESOURCE_MANAGER_KEYS <= keys
+    assert not RESOURCE_MANAGER_KEYS & set(document.ignored_kubelet_keys)
+    assert set(document.ignored_kubelet_keys) == keys - RESOURCE_MANAGER_KEYS
+
+
 def test_every_known_kubelet_key_is_accepted():
     config, ignored = read_kubelet_configuration({key: None for key in IGNORED_KUBELET_KEYS})
     assert set(ignored) == IGNORED_KUBELET_KEYS
@@ -167,3 +196,13 @@ def _yaml(text: str):
     import yaml
 
     return yaml.safe_load(text)
+
+
+def test_the_ignored_keys_are_the_kubelets_and_no_others():
+    """Every key named as ignored is a field of the 1.36 type, or of a later kubelet's."""
+    later = {"defaultPodSysctls"}  # master after 1.36 (KEP-5996)
+    keys_1_36 = set(_yaml(KUBELET_1_36.read_text())) - {"apiVersion", "kind"}
+    assert IGNORED_KUBELET_KEYS == (keys_1_36 - RESOURCE_MANAGER_KEYS) | later
+    # No kubelet has this one: it is refused, not silently ignored.
+    with pytest.raises(ConfigError, match="unknown key 'draManagerReconcilePeriod'"):
+        read_kubelet_configuration({"draManagerReconcilePeriod": "10s"})
