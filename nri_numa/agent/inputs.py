@@ -11,10 +11,10 @@ the agent, the hook and the CLI; only the agent reads it (``read_config_document
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from nri_numa.frozen import frozen
 from nri_numa.safeio.bounds import quote, join_problems
 from nri_numa.safeio.documents import DocumentError, NotParsedError, documents
 from nri_numa.topology.model import Topology, TopologyFormatError
@@ -48,7 +48,7 @@ def read_topology_file(path: Path) -> Topology:
 SETTINGS_KEY = "nriNuma"  # nri_numa.agent.settings.SECTION, named here to keep this module light
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class ConfigDocument:
     engine: EngineConfig
     settings: object  # the nriNuma map as written (None: absent); agent.settings checks it

@@ -49,7 +49,6 @@ from typing import TYPE_CHECKING
 
 from nri_numa.agent.prometheus_text import (CONTENT_TYPE, Counter, Histogram, LabelledCounter,
                                             MetricFamily, Registry, exposition, gauge_family)
-from nri_numa.frozen import frozen
 
 if TYPE_CHECKING:
     from nri_numa.agent.settings import MetricsAddress
@@ -98,7 +97,7 @@ class NoMetrics:
 NO_METRICS = NoMetrics()
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class Pinning:
     """What one decision did to the CPU and memory managers' counters."""
 

@@ -18,9 +18,8 @@ import re
 import threading
 from bisect import bisect_left
 from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Protocol, TypeVar
-
-from nri_numa.frozen import field, frozen
 
 log = logging.getLogger(__name__)
 
@@ -30,14 +29,14 @@ _METRIC_NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
 _LABEL_NAME = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class Sample:
     name: str  # the full sample name: with _total, _bucket, _sum or _count where the type has it
     labels: Mapping[str, str]
     value: float
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class MetricFamily:
     """One family: its samples are added while it is built, at scrape time."""
 

@@ -12,10 +12,10 @@ This module loads nothing heavy: the CLI imports it for the defaults it prints i
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
-from nri_numa.frozen import fields, frozen, replace
 from nri_numa.podresources import DEFAULT_SOCKET as DEFAULT_POD_RESOURCES_SOCKET
 from nri_numa.safeio.bounds import clip, join_problems, quote
 
@@ -52,7 +52,7 @@ class _Bad(Exception):
     """One value is wrong; the caller prefixes the key or flag."""
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class MetricsAddress:
     host: str
     port: int  # 0: any free port (the agent logs the one it got)
@@ -61,7 +61,7 @@ class MetricsAddress:
         return f"[{self.host}]:{self.port}" if ":" in self.host else f"{self.host}:{self.port}"
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class AgentSettings:
     nri_socket: str = DEFAULT_SOCKET
     state_dir: Path = Path(DEFAULT_STATE_DIR)
@@ -220,7 +220,7 @@ def _choice(allowed: tuple[str, ...]) -> Callable[[Any], str]:
     return read
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class _Key:
     name: str  # in the file, camelCase like the kubelet's keys
     flag: str  # on the command line

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import argparse
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from nri_numa.cli.errors import CliError
-from nri_numa.frozen import replace
 
 if TYPE_CHECKING:
     from nri_numa.agent.settings import AgentSettings

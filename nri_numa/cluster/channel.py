@@ -16,9 +16,8 @@ make the other fail by what it writes.
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from typing import Any
-
-from nri_numa.frozen import frozen
 
 MAX_LINE = 16 * 1024 * 1024  # bytes: the biggest object (node-state annotation included) fits
 
@@ -43,7 +42,7 @@ def decode(line: bytes) -> dict[str, Any]:
     return message
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class ExportStatus:
     """What the export process last said of itself."""
 

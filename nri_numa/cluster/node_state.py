@@ -22,6 +22,7 @@ import base64
 import binascii
 import zlib
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from nri_numa.engine.allocations import Allocations, AllocationsError
@@ -29,7 +30,6 @@ from nri_numa.engine.config import ConfigError, EngineConfig
 from nri_numa.engine.config_reader import config_from_mapping
 from nri_numa.engine.memory.state import MemoryStateError
 from nri_numa.engine.quantity import format_millicores
-from nri_numa.frozen import frozen
 from nri_numa.safeio.bounded_json import JsonShapeError, loads
 from nri_numa.state.encoding import canonical
 from nri_numa.topology.cpulist import format_list
@@ -45,7 +45,7 @@ class NodeStateError(ValueError):
     """A published state that cannot be read; the message is one line."""
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class NodeState:
     topology: Topology
     config: EngineConfig

@@ -10,10 +10,10 @@ the object first.
 from __future__ import annotations
 
 import copy
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from nri_numa.cluster.nrt import GROUP, PLURAL, VERSION
-from nri_numa.frozen import frozen
 
 OWNED_FIELDS = ("zones", "attributes", "topologyPolicies")
 REQUEST_TIMEOUT = (2.0, 4.0)  # seconds: connect, read; a retry never outlasts the next wait
@@ -36,7 +36,7 @@ class NrtApi(Protocol):
     def node_uid(self, name: str) -> str | None: ...
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class WriteResult:
     action: str  # "created", "updated", "unchanged"
     resource_version: str

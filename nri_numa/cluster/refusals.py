@@ -27,7 +27,6 @@ from datetime import datetime, timezone
 from typing import Any
 
 from nri_numa.cluster.nrt_writer import REQUEST_TIMEOUT
-from nri_numa.frozen import frozen
 
 REFUSED_ANNOTATION = "numa.nri.io/refused"
 COMPONENT = "nri-numa"
@@ -50,7 +49,7 @@ def degraded_message(namespace: str, pod: str, uid: str, container: str, text: s
             "kind": "degraded"}
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class Refusal:
     namespace: str
     pod: str
@@ -75,14 +74,14 @@ class Refusal:
                    float(at) if isinstance(at, int | float) else time.time())
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class EvictionPolicy:
     evict: bool = True  # pods owned by a controller
     repeats: int = 3
     delay_s: float = 30.0
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class Actions:
     """What to do for one refusal."""
 

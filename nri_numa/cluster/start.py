@@ -5,10 +5,9 @@ from __future__ import annotations
 import importlib.util
 import socket
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-
-from nri_numa.frozen import frozen
 
 SERVICE_ACCOUNT_TOKEN = Path("/var/run/secrets/kubernetes.io/serviceaccount/token")
 
@@ -17,7 +16,7 @@ class ExportSetupError(ValueError):
     """The export was asked for and cannot run; the text says what to fix."""
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class ExportPlan:
     kubeconfig: str | None  # None: the pod's service account
     node_name: str

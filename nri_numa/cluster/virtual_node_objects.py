@@ -13,6 +13,7 @@ experiment) land where nothing will ever run them.
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
@@ -20,7 +21,6 @@ from nri_numa import __version__
 from nri_numa.engine.config import ConfigError, EngineConfig
 from nri_numa.engine.config_reader import config_from_mapping
 from nri_numa.engine.context import EngineContext
-from nri_numa.frozen import frozen
 from nri_numa.topology.synthetic.presets import PRESETS, preset_topology
 
 VIRTUAL_LABEL = "numa.nri.io/virtual-node"  # its value: the preset the node is made from
@@ -45,7 +45,7 @@ class VirtualNodeError(ValueError):
     """A virtual node that cannot be made; the message is one line."""
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class VirtualNode:
     name: str
     preset: str

@@ -7,6 +7,7 @@ returned are the ones it was given, untouched. Nothing here does I/O or keeps st
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import dataclass, replace
 
 from nri_numa.engine.allocations import Allocations
 from nri_numa.engine.annotations import AnnotationError, isolated_cpus_mode, pod_topology
@@ -21,13 +22,12 @@ from nri_numa.engine.providers.memory import MemoryProvider
 from nri_numa.engine.request import ContainerRequest, PodRequest
 from nri_numa.engine.scope import MergeStep, Refused, ScopeRun
 from nri_numa.engine.scope import container as container_scope
-from nri_numa.frozen import frozen, replace
 from nri_numa.topology.cpulist import format_list
 
 PROVIDERS = (CpuProvider(), MemoryProvider(), DeviceProvider())
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class Admission:
     decision: Decision
     allocations: Allocations  # to commit when admitted; the input when refused

@@ -10,6 +10,7 @@ state value.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from functools import cached_property
 from operator import itemgetter
 from types import MappingProxyType
@@ -17,7 +18,6 @@ from typing import TYPE_CHECKING, Any
 
 from nri_numa.engine.cpu.topology import checked_mask
 from nri_numa.engine.hints import Hint
-from nri_numa.frozen import MISSING, field, frozen
 from nri_numa.topology.cpulist import (MAX_ID, ListFormatError, format_list, parse_list,
                                       parse_list_once)
 
@@ -49,7 +49,8 @@ _NO_HINT = Hint(None, False)
 _NO_CPUS: frozenset[int] = frozenset()
 
 
-@frozen
+# Not slots: _evolve uses the instance's __dict__.
+@dataclass(frozen=True)
 class ContainerAllocation:
     exclusive_cpus: frozenset[int] = _NO_CPUS  # empty: the container runs in the shared pool
     devices: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # resource → ids
@@ -57,19 +58,6 @@ class ContainerAllocation:
     # After an in-place resize: the CPUs admitted at creation, which a shrink never gives back
     # (KEP-5554). Empty: never resized, the admitted CPUs are ``exclusive_cpus``.
     admitted_cpus: frozenset[int] = _NO_CPUS
-
-    # Written out rather than left to @frozen: a hook process reads one per container of the
-    # checkpoint, and @frozen's generic __init__ (compiled only past 256 instances) is several
-    # times slower. The same parameters @frozen gives.
-    def __init__(self, exclusive_cpus: frozenset[int] = _NO_CPUS,
-                 devices: Mapping[str, tuple[str, ...]] = MISSING, hint: Hint = _NO_HINT,
-                 admitted_cpus: frozenset[int] = _NO_CPUS) -> None:
-        setattr_ = object.__setattr__
-        setattr_(self, "exclusive_cpus", exclusive_cpus)
-        setattr_(self, "devices", {} if devices is MISSING else devices)
-        setattr_(self, "hint", hint)
-        setattr_(self, "admitted_cpus", admitted_cpus)
-        self.__post_init__()
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "exclusive_cpus", frozenset(self.exclusive_cpus))
@@ -97,23 +85,13 @@ class ContainerAllocation:
 _NO_CONTAINER = ContainerAllocation()  # what ``PodAllocation.entry`` answers for a new container
 
 
-@frozen
+# Not slots: _evolve uses the instance's __dict__.
+@dataclass(frozen=True)
 class PodAllocation:
     containers: Mapping[str, ContainerAllocation] = field(default_factory=dict)  # in admission order
     pod_hint: Hint | None = None  # pod scope: the one hint every container of the pod gets
     reusable_cpus: frozenset[int] = _NO_CPUS  # held by finished init containers
     reusable_devices: Mapping[str, frozenset[str]] = field(default_factory=dict)
-
-    # Written out: a hook process reads one per pod of the checkpoint (see ContainerAllocation).
-    def __init__(self, containers: Mapping[str, ContainerAllocation] = MISSING,
-                 pod_hint: Hint | None = None, reusable_cpus: frozenset[int] = _NO_CPUS,
-                 reusable_devices: Mapping[str, frozenset[str]] = MISSING) -> None:
-        setattr_ = object.__setattr__
-        setattr_(self, "containers", {} if containers is MISSING else containers)
-        setattr_(self, "pod_hint", pod_hint)
-        setattr_(self, "reusable_cpus", reusable_cpus)
-        setattr_(self, "reusable_devices", {} if reusable_devices is MISSING else reusable_devices)
-        self.__post_init__()
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "containers", _frozen(self.containers))
@@ -141,7 +119,8 @@ class PodAllocation:
 _NO_POD = PodAllocation()  # what ``Allocations.pod`` answers for a pod it does not hold
 
 
-@frozen
+# Not slots: cached_property and _evolve use the instance's __dict__.
+@dataclass(frozen=True)
 class Allocations:
     shared: frozenset[int]
     pods: Mapping[str, PodAllocation] = field(default_factory=dict)

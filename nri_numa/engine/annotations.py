@@ -34,10 +34,10 @@ the extender's, only makes kube-scheduler look at the pod again; nothing here re
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from typing import TypeVar
 
 from nri_numa.engine.config import EngineConfig, Ranked, TopologyPolicy, TopologyScope
-from nri_numa.frozen import frozen
 from nri_numa.safeio.bounds import MAX_ANNOTATION_VALUE, clip, quote
 from nri_numa.topology.cpulist import ListFormatError, format_list, parse_list
 
@@ -65,7 +65,7 @@ class AnnotationError(ValueError):
     allowed."""
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class PodTopology:
     """The topology policy and scope that apply to one pod."""
 

@@ -18,18 +18,18 @@ Up to ``EXACT_NODE_LIMIT`` nodes providers keep the kubelet's exact enumeration.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from functools import lru_cache
 from itertools import combinations
 from math import comb
 
 from nri_numa.engine.hints import Hint
-from nri_numa.frozen import frozen
 
 EXACT_NODE_LIMIT = 8
 MAX_ENUMERATED = 2080  # C(65, 2): every pair on a 64-node machine, and then some
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class Demand:
     """One resource's request against what each NUMA node holds in all and holds free."""
 

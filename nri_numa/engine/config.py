@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, fields
 from enum import StrEnum
 from functools import cached_property
 from types import MappingProxyType
@@ -28,7 +29,6 @@ from typing import Any
 from nri_numa.engine.policy.options import (DEFAULT_MAX_ALLOWABLE_NUMA_NODES,
                                             MAX_ALLOWABLE_NUMA_NODES, PREFER_CLOSEST_NUMA_NODES)
 from nri_numa.engine.request import RequestError, hugepage_size_kib
-from nri_numa.frozen import field, fields, frozen
 from nri_numa.safeio.bounds import clip, quote
 
 
@@ -81,7 +81,7 @@ KUBELET_MIN_ALLOWABLE = DEFAULT_MAX_ALLOWABLE_NUMA_NODES  # the kubelet's defaul
 TOPOLOGY_OPTIONS = (PREFER_CLOSEST, MAX_ALLOWABLE)
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class CpuManagerOptions:
     """cpuManagerPolicyOptions, parsed; attribute names are the option names in snake case."""
 
@@ -118,7 +118,7 @@ def _bool_error(name: str, value: str) -> str:
             f"invalid syntax (allowed: {', '.join(_TRUE + _FALSE)})")
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class MemoryReservation:
     """One ``reservedMemory`` entry: bytes per resource (memory, hugepages-<size>) on a node."""
 
@@ -129,7 +129,8 @@ class MemoryReservation:
         object.__setattr__(self, "limits", MappingProxyType(dict(self.limits)))
 
 
-@frozen
+# Not slots: cached_property uses the instance's __dict__.
+@dataclass(frozen=True)
 class EngineConfig:
     topology_manager_policy: TopologyPolicy = TopologyPolicy.NONE
     topology_manager_scope: TopologyScope = TopologyScope.CONTAINER

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass, replace
 from functools import cached_property
 from types import MappingProxyType
 from typing import TYPE_CHECKING
@@ -17,7 +18,6 @@ from nri_numa.engine.devices.requested import NIC_CLASS, PCI_PREFIX, pci_resourc
 from nri_numa.engine.merge import MachineMerge
 from nri_numa.engine.policy.options import (DEFAULT_MAX_ALLOWABLE_NUMA_NODES,
                                             MAX_ALLOWABLE_NUMA_NODES)
-from nri_numa.frozen import frozen, replace
 from nri_numa.topology.cpulist import format_list
 from nri_numa.topology.model import Topology
 
@@ -27,7 +27,8 @@ if TYPE_CHECKING:
 GPU_RESOURCE = "nvidia.com/gpu"
 
 
-@frozen
+# Not slots: cached_property uses the instance's __dict__.
+@dataclass(frozen=True)
 class EngineContext:
     topology: Topology
     config: EngineConfig

@@ -3,16 +3,16 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
 from nri_numa.engine.hints import Hint
 from nri_numa.engine.providers import ResourceDemand
-from nri_numa.frozen import field, frozen
 from nri_numa.topology.cpulist import format_list
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class Placement:
     container: str
     cpus: frozenset[int]  # exclusive CPUs, or the shared pool as it is after this decision
@@ -33,7 +33,7 @@ class Placement:
                          else sorted(self.hint.affinity), "preferred": self.hint.preferred}}
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class Rejection:
     container: str | None  # None: the whole pod (pod scope)
     reason: str  # the kubelet's admission reason: TopologyAffinityError, SMTAlignmentError, ...
@@ -50,7 +50,7 @@ class Rejection:
                             for d in self.demands]}
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class PreferredNuma:
     """What became of the pod's preferred NUMA nodes (``PodRequest.preferred_numa``)."""
 
@@ -63,7 +63,7 @@ class PreferredNuma:
                 "stale_because": self.stale_because or None}
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class Decision:
     pod: str
     policy: str

@@ -9,37 +9,37 @@ both the flag and the affinity are (``None`` equals only ``None``): the kubelet'
 from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 
 from nri_numa.engine.bitmask import bits, is_narrower, mask_of
-from nri_numa.frozen import field, frozen
 
 
 class MergeError(ValueError):
     """Input the merge cannot use; the message names the problem."""
 
 
-@frozen(slots=True)
+@dataclass(frozen=True, slots=True)
 class Hint:
     affinity: frozenset[int] | None
     preferred: bool
     mask: int | None = field(init=False, repr=False, compare=False)
 
-    def __init__(self, affinity: Iterable[int] | None, preferred: bool) -> None:
-        if not isinstance(preferred, bool):
-            raise MergeError(f"Hint.preferred must be a bool, got {preferred!r}")
+    def __post_init__(self) -> None:
+        affinity = self.affinity
+        if not isinstance(self.preferred, bool):
+            raise MergeError(f"Hint.preferred must be a bool, got {self.preferred!r}")
         if affinity is None:
-            nodes, mask = None, None
+            mask = None
         else:
             if isinstance(affinity, (str, bytes)):
                 raise MergeError(f"Hint.affinity must be NUMA node ids or None, got {affinity!r}")
-            nodes = frozenset(affinity)
+            affinity = frozenset(affinity)
             try:
-                mask = mask_of(nodes)
+                mask = mask_of(affinity)
             except ValueError as err:
                 raise MergeError(f"Hint.affinity: {err}") from None
-        object.__setattr__(self, "affinity", nodes)
-        object.__setattr__(self, "preferred", preferred)
+            object.__setattr__(self, "affinity", affinity)
         object.__setattr__(self, "mask", mask)
 
     def less_than(self, other: Hint) -> bool:

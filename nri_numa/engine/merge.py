@@ -21,6 +21,7 @@ docs/merge-algorithm.md has the argument that this is exactly the kubelet's answ
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from functools import cached_property, partial
 
 from nri_numa.engine.bitmask import bits, nonzero_intersections
@@ -28,7 +29,6 @@ from nri_numa.engine.hints import Hint, MergeError, Slot, hint_of_mask
 from nri_numa.engine.numa_info import FitterKey, NumaInfo
 from nri_numa.engine.policy import policy_by_name
 from nri_numa.engine.policy.options import PolicyOptions, parse_policy_options
-from nri_numa.frozen import frozen
 
 ProviderHints = Mapping[str, Sequence[Hint] | None] | None
 
@@ -137,7 +137,8 @@ def provider_slots(providers_hints: Sequence[ProviderHints]) -> list[Slot]:
     return slots
 
 
-@frozen
+# Not slots: cached_property uses the instance's __dict__.
+@dataclass(frozen=True)
 class HintMerger:
     """The kubelet's HintMerger over the machine's NUMA nodes; ``merge`` is the whole merge."""
 

@@ -15,15 +15,15 @@ from __future__ import annotations
 
 import operator
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 
 from nri_numa.engine.bitmask import bits, is_narrower, mask_of
 from nri_numa.engine.hints import MergeError
-from nri_numa.frozen import field, frozen
 
 FitterKey = Callable[[int], tuple]
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class NumaInfo:
     nodes: tuple[int, ...]
     distances: tuple[tuple[int, ...], ...] | None = None

@@ -15,12 +15,12 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from enum import StrEnum
 from functools import cached_property
 from types import MappingProxyType
 from typing import Any
 
-from nri_numa.frozen import MISSING, field, frozen
 from nri_numa.safeio.bounds import quote
 from nri_numa.topology.cpulist import MAX_ID
 
@@ -83,7 +83,7 @@ def _check_amount(value: Any, what: str) -> None:
         raise RequestError(f"{what} must be a non-negative integer, not {quote(value)}")
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class ContainerRequest:
     """One container's resources in the kubelet's units, requests already defaulted."""
 
@@ -100,32 +100,6 @@ class ContainerRequest:
     device_numa_hints: Mapping[str, frozenset[int]] = field(default_factory=dict)
     # The container's own numa.nri.io/isolated-cpus value, as written (the engine checks it)
     isolated_cpus: str | None = None
-
-    # Written out rather than left to @frozen: a hook process reads one per container of its
-    # checkpoint, and @frozen's generic __init__ (compiled only past 256 instances) is several
-    # times slower. The same parameters @frozen gives.
-    def __init__(self, name: str, kind: ContainerKind = ContainerKind.APP,
-                 cpu_request: int = 0, cpu_limit: int = 0, memory_request: int = 0,
-                 memory_limit: int = 0, hugepages_requests: Mapping[int, int] = MISSING,
-                 hugepages_limits: Mapping[int, int] = MISSING,
-                 devices: Mapping[str, int] = MISSING,
-                 device_numa_hints: Mapping[str, frozenset[int]] = MISSING,
-                 isolated_cpus: str | None = None) -> None:
-        setattr_ = object.__setattr__
-        setattr_(self, "name", name)
-        setattr_(self, "kind", kind)
-        setattr_(self, "cpu_request", cpu_request)
-        setattr_(self, "cpu_limit", cpu_limit)
-        setattr_(self, "memory_request", memory_request)
-        setattr_(self, "memory_limit", memory_limit)
-        setattr_(self, "hugepages_requests",
-                 {} if hugepages_requests is MISSING else hugepages_requests)
-        setattr_(self, "hugepages_limits", {} if hugepages_limits is MISSING else hugepages_limits)
-        setattr_(self, "devices", {} if devices is MISSING else devices)
-        setattr_(self, "device_numa_hints",
-                 {} if device_numa_hints is MISSING else device_numa_hints)
-        setattr_(self, "isolated_cpus", isolated_cpus)
-        self.__post_init__()
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name:
@@ -186,7 +160,8 @@ class ContainerRequest:
         return requested
 
 
-@frozen
+# Not slots: cached_property uses the instance's __dict__.
+@dataclass(frozen=True)
 class PodRequest:
     """A pod: its identity, containers in spec order, and annotations."""
 

@@ -19,6 +19,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from nri_numa.cluster.node_state import ANNOTATION, NodeState, NodeStateError, decode
@@ -27,7 +28,6 @@ from nri_numa.engine.allocations import Allocations
 from nri_numa.engine.config import ConfigError
 from nri_numa.engine.context import EngineContext
 from nri_numa.engine.request import PodRequest
-from nri_numa.frozen import frozen
 
 log = logging.getLogger(__name__)
 
@@ -35,13 +35,13 @@ DEFAULT_ASSUME_SECONDS = 30.0
 MAX_SHARED_CONTEXTS = 16  # kinds of machine and configuration whose contexts are kept
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class Assumed:
     pod: PodRequest
     since: float  # monotonic seconds
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class NodeEntry:
     state: NodeState
     ctx: EngineContext

@@ -16,11 +16,11 @@ is part of the shape without anyone remembering to add it.
 from __future__ import annotations
 
 from collections.abc import Hashable, Mapping
+from dataclasses import fields
 from typing import Any
 
 from nri_numa.engine.annotations import PREFIX, RETRY_FOR_ROOM
 from nri_numa.engine.request import ContainerRequest, PodRequest
-from nri_numa.frozen import fields
 
 _IDENTITY = frozenset({"uid", "name", "namespace"})  # what tells replicas apart
 

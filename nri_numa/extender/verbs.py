@@ -28,7 +28,7 @@ import threading
 from collections import OrderedDict
 import logging
 from collections.abc import Hashable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import Any, Protocol
 
@@ -38,7 +38,6 @@ from nri_numa.engine.manifest import pod_from_manifest
 from nri_numa.engine.request import PodRequest, RequestError
 from nri_numa.extender.cache import NodeCache
 from nri_numa.extender.shapes import pod_shape
-from nri_numa.frozen import frozen, replace
 from nri_numa.safeio.bounds import BoundError
 from nri_numa.topology.cpulist import format_list
 
@@ -93,7 +92,7 @@ class RefusedPod:
     uid: str
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class Verdict:
     node: str
     decision: Decision | None  # None: the node publishes nothing, passed through

@@ -21,11 +21,11 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from nri_numa.agent.inputs import InputFileError, read_text, yaml_documents
-from nri_numa.frozen import frozen
 from nri_numa.safeio.bounds import quote
 from nri_numa.safeio.documents import known_mapping
 
@@ -42,14 +42,14 @@ class DeviceListError(ValueError):
     """Devices that cannot be advertised; the message names the field and the value."""
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class FakeDevice:
     id: str
     numa: tuple[int, ...] = ()  # empty: the kubelet is told no topology
     healthy: bool = True
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class DeviceList:
     resource: str
     devices: tuple[FakeDevice, ...]

@@ -28,6 +28,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from concurrent import futures
+from dataclasses import dataclass
 from pathlib import Path
 
 import grpc
@@ -37,7 +38,6 @@ from nri_numa.fake_device_plugin.devices import (HEALTHY, UNHEALTHY, DeviceList,
                                                  read_device_file)
 from nri_numa.fake_device_plugin.pb import api_pb2 as dp
 from nri_numa.fake_device_plugin.pb import api_pb2_grpc as dp_grpc
-from nri_numa.frozen import frozen
 from nri_numa.safeio.bounds import quote
 
 ENV_PREFIX = "FAKE_DEVICE_"
@@ -52,7 +52,7 @@ class PluginError(RuntimeError):
     """The plugin cannot serve (a socket path too long, a folder missing); one line."""
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class PluginCall:
     """One call the kubelet made: the method and the device ids it named."""
     method: str

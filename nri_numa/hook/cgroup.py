@@ -20,10 +20,10 @@ from __future__ import annotations
 import errno
 import os
 import re
+from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
-from nri_numa.frozen import frozen
 from nri_numa.topology.cpulist import ListFormatError, format_list, parse_list
 
 DEFAULT_CGROUP_ROOT = Path("/sys/fs/cgroup")
@@ -42,7 +42,7 @@ class ProcessGone(CgroupError):
     """The process whose cgroup was asked for has exited."""
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class CgroupFs:
     """Where the cgroup hierarchies and /proc are: the host's, or fake trees in tests."""
 
@@ -50,7 +50,7 @@ class CgroupFs:
     proc: Path = DEFAULT_PROC
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class ContainerCgroup:
     version: int  # 1 or 2
     hierarchy: Path  # the mount holding cpuset: <root>/cpuset (v1) or <root> (v2)

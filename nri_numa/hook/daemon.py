@@ -27,10 +27,10 @@ import stat
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from nri_numa.frozen import frozen
 from nri_numa.hook import entry
 from nri_numa.hook.activation import ActivationError, inherited_listener
 from nri_numa.hook.client import SOCKET_NAME
@@ -53,7 +53,7 @@ class BadRequest(Exception):
     pass
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class DaemonOptions:
     state_dir: Path = entry.DEFAULT_STATE_DIR
     config_file: Path | None = None

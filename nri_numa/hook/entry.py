@@ -13,6 +13,8 @@ with the machine kept loaded. Either way the timeout counts from when the hook p
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import _signal  # as nri_numa.hook.deadline does
 import json
 import time
@@ -22,7 +24,6 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
 from nri_numa.deferred_log import get_logger, route_to, unroute
-from nri_numa.frozen import frozen
 from nri_numa.hook.cgroup import DEFAULT_CGROUP_ROOT, DEFAULT_PROC, CgroupFs
 from nri_numa.hook.log_file import HookLog, open_hook_log
 from nri_numa.hook.oci import HookInputError, parse_spec, parse_state, read_input, read_spec
@@ -54,7 +55,7 @@ class HookTimeout(Exception):
     pass
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class HookOptions:
     stage: str  # a key of STAGES
     state_dir: Path = DEFAULT_STATE_DIR

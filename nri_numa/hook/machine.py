@@ -15,12 +15,12 @@ replaced.
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from pathlib import Path
 
 from nri_numa.agent.inputs import InputFileError, read_config_file, read_topology_file
 from nri_numa.engine.config import ConfigError, EngineConfig
 from nri_numa.engine.context import EngineContext
-from nri_numa.frozen import frozen
 from nri_numa.safeio.bounded_json import JsonShapeError, check_shape
 from nri_numa.safeio.safe_files import (CREATE_NEW, UnusableFile, open_file, open_folder,
                                        read_regular)
@@ -37,7 +37,7 @@ class MachineError(Exception):
     """The topology or configuration cannot be used; the message says what to fix."""
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class Machine:
     topology: Topology
     ctx: EngineContext

@@ -18,9 +18,9 @@ their container is no longer placed; a cgroup that can no longer be written is l
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from nri_numa.frozen import field, frozen
 from nri_numa.hook.cgroup import CgroupFs, ContainerCgroup
 from nri_numa.hook.procs import ProcessId
 from nri_numa.state.encoding import LedgerEncoder, RecordsEncoder
@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from nri_numa.hook.shared_ledger import SharedLedger
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class FileIdentity:
     inode: int
     size: int
@@ -104,7 +104,7 @@ class CgroupPaths:
         return len(self._paths)
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class PayloadEncoders:
     """The ledger and the records as canonical JSON, each member kept encoded until it changes
     (nri_numa.state.encoding, as the NRI plugin saves): a run changes one container's entries

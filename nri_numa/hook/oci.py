@@ -9,11 +9,11 @@ The state is ``{"ociVersion", "id", "status", "pid", "bundle", "annotations"}``
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
-from nri_numa.frozen import field, frozen
 from nri_numa.safeio.bounds import MAX_NAME, clip, quote
 from nri_numa.safeio.documents import DocumentError, NotParsedError, load_json
 
@@ -24,7 +24,7 @@ class HookInputError(ValueError):
     """State or spec that cannot be read; the message says which and why."""
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class OciState:
     id: str
     status: str

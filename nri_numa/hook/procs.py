@@ -9,14 +9,13 @@ container from an allocation whose container is long gone.
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from pathlib import Path
-
-from nri_numa.frozen import frozen
 
 _START_TIME_FIELD = 22  # 1-based, as proc(5) counts
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class ProcessId:
     pid: int
     start: int  # clock ticks after boot

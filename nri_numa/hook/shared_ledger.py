@@ -16,13 +16,13 @@ for the createRuntime hook to claim it, and is dropped after ``PENDING_GRACE_S``
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from nri_numa.deferred_log import get_logger
 from nri_numa.engine.context import EngineContext
 from nri_numa.engine.decision import Placement
 from nri_numa.engine.request import ContainerRequest, RequestError
-from nri_numa.frozen import frozen, replace
 from nri_numa.hook.annotations import engine_annotations
 from nri_numa.runtime.container import RuntimeContainer, RuntimePod
 from nri_numa.runtime.to_request import (container_request, pod_identity, pod_qos, pod_request,
@@ -49,7 +49,7 @@ class Refused(Exception):
     """The engine (or the hook) will not place this container; the message is the reason."""
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class ProcessRecord:
     """Which process a placed container is, and where its cgroup is."""
 
@@ -82,7 +82,7 @@ class ProcessRecord:
         return cls(pid, start, cgroup, float(since))
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class Move:
     """A shared container whose cpuset must follow the shared pool."""
 

@@ -20,12 +20,12 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from nri_numa.deferred_log import get_logger
 from nri_numa.engine.annotations import AnnotationError
-from nri_numa.frozen import field, frozen
 from nri_numa.hook.cgroup import (CgroupError, CgroupFs, ContainerCgroup, ProcessGone, locate,
                                   write_cpuset)
 from nri_numa.hook.machine import Machine
@@ -53,7 +53,7 @@ class LockTimeout(HookError):
     """The state lock stayed held until the run had to give up to end within its timeout."""
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class HookEnv:
     """Everything a stage works with besides its input."""
 

@@ -15,11 +15,11 @@ import logging
 import os
 import threading
 from collections.abc import Callable
+from dataclasses import dataclass, fields
 from pathlib import Path
 
 from nri_numa.agent.settings import KEYS, AgentSettings, MetricsAddress
 from nri_numa.engine.config import EngineConfig
-from nri_numa.frozen import fields, frozen
 from nri_numa.nri.session import PluginError
 
 log = logging.getLogger(__name__)
@@ -30,7 +30,7 @@ LIVE_SETTINGS = frozenset({"log_level", "log_format", "log_file", "metrics_addre
 _KEY_NAMES = {key.field: key.name for key in KEYS}  # as the file names them
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class Reread:
     """What a fresh read of the file (the command line's flags still winning) gives."""
     engine: EngineConfig
@@ -38,7 +38,7 @@ class Reread:
     ignored_kubelet_keys: tuple[str, ...] = ()
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class LiveTargets:
     """Where the live settings go."""
     reload_engine: Callable[[EngineConfig, str], None]  # NumaPlugin.reload

@@ -10,12 +10,12 @@ nodes the scheduler extender chose for it, when its annotation names some of thi
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 
 from nri_numa.engine.annotations import AnnotationError
 from nri_numa.engine.context import EngineContext
 from nri_numa.engine.devices import Resource
 from nri_numa.engine.request import ContainerRequest, PodRequest
-from nri_numa.frozen import replace
 from nri_numa.nri import decision_log
 from nri_numa.nri.decision_log import describe
 from nri_numa.nri.records import Records

@@ -22,6 +22,7 @@ import queue
 import random
 import threading
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -35,7 +36,6 @@ from nri_numa.agent.settings import (DEFAULT_CDI_SPEC_DIRS, DEFAULT_DEV_ROOT,
                                      MetricsAddress)
 from nri_numa.cluster.refusals import degraded_message, refusal_message
 from nri_numa.engine.config import ConfigError, EngineConfig
-from nri_numa.frozen import frozen
 from nri_numa.nri.config_reload import ConfigReloader, LiveTargets, Reread
 from nri_numa.nri.drift_repair import DriftRepair
 from nri_numa.nri.pb import api_pb2 as api
@@ -72,7 +72,7 @@ class DaemonError(Exception):
     """The agent cannot start; the message says what to fix."""
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class DaemonOptions:
     socket_path: str = DEFAULT_SOCKET
     config_file: Path | None = None

@@ -17,11 +17,12 @@ degraded it costs one look at an empty index (``ContainerTable.unplaced_ids``).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from nri_numa.engine.context import EngineContext
 from nri_numa.engine.decision import Placement
 from nri_numa.engine.request import (ContainerRequest, PodRequest, QosClass, RequestError,
                                      guaranteed_cpus)
-from nri_numa.frozen import frozen
 from nri_numa.nri import decision_log
 from nri_numa.nri.decision_log import log
 from nri_numa.nri.records import Records
@@ -29,7 +30,7 @@ from nri_numa.runtime import qos_from_cgroup_parent
 from nri_numa.state.plugin_records import ContainerRecord, PodRecord
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class Promotion:
     """A degraded container admitted: its new record, where it runs now, and the policy."""
 

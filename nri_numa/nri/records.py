@@ -10,11 +10,11 @@ no CPUs (``ON_THE_POOL``): ``Records.cpus_of`` gives the CPUs either kind runs o
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 
 from nri_numa.engine.allocations import Allocations
 from nri_numa.engine.decision import Placement
 from nri_numa.engine.request import ContainerRequest
-from nri_numa.frozen import frozen
 from nri_numa.nri import translate
 from nri_numa.nri.pb import api_pb2 as api
 from nri_numa.nri.record_tables import ContainerTable, TrackedDict, Undo
@@ -34,7 +34,7 @@ def on_the_pool(containers: Mapping[str, ContainerRecord]) -> dict[str, Containe
             for key, c in containers.items()}
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class Snapshot:
     """The records as they were, to go back to when an event does not commit: the tables
     keep what the event changes (record_tables.Undo), so taking one costs nothing per

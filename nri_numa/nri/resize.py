@@ -10,8 +10,9 @@ eviction: the container keeps running as it was.
 from __future__ import annotations
 
 
+from dataclasses import replace
+
 from nri_numa.engine.request import RequestError
-from nri_numa.frozen import replace
 from nri_numa.nri import decision_log
 from nri_numa.nri.pb import api_pb2 as api
 from nri_numa.nri.records import ON_THE_POOL, Records

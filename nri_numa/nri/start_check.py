@@ -22,9 +22,9 @@ those the runtime named at CreateContainer, Synchronize and PostStartContainer.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
-from nri_numa.frozen import frozen
 from nri_numa.runtime.cpuset_cgroups import (CpusetTree, cgroup_path_of, find_cpuset_tree,
                                              read_cgroup)
 from nri_numa.topology.cpulist import format_cached
@@ -32,7 +32,7 @@ from nri_numa.topology.cpulist import format_cached
 CpuSet = frozenset[int]
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class Cpuset:
     cpus: CpuSet
     mems: CpuSet | None  # None: memory nodes left as the runtime set them

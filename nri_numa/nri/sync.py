@@ -11,6 +11,7 @@ says it runs elsewhere.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import replace
 
 from nri_numa.engine.admit import admit
 from nri_numa.engine.allocations import Allocations, AllocationsError, ContainerAllocation
@@ -24,7 +25,6 @@ from nri_numa.engine.memory import adopt as adopt_memory
 from nri_numa.engine.quantity import format_binary
 from nri_numa.engine.request import (ContainerRequest, PodRequest, QosClass, RequestError,
                                      guaranteed_cpus)
-from nri_numa.frozen import replace
 from nri_numa.nri import decision_log, translate
 from nri_numa.nri.container_requests import RequestReader, pod_as_known
 from nri_numa.nri.decision_log import log

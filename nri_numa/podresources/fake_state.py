@@ -23,12 +23,12 @@ A small YAML or JSON file::
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 from typing import Any
 
 from nri_numa.agent.inputs import InputFileError, read_text, yaml_documents
-from nri_numa.frozen import field, frozen
 from nri_numa.podresources.pb import api_pb2 as pr
 from nri_numa.safeio.bounds import quote
 from nri_numa.safeio.documents import known_mapping
@@ -40,7 +40,8 @@ class FakeStateError(ValueError):
     """A fake kubelet state that cannot be served; the message names the field."""
 
 
-@frozen
+# Not slots: cached_property uses the instance's __dict__.
+@dataclass(frozen=True)
 class FakeKubeletState:
     pods: tuple[pr.PodResources, ...] = ()
     allocatable: pr.AllocatableResourcesResponse = field(

@@ -19,11 +19,11 @@ import re
 import stat
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from nri_numa.deferred_log import get_logger
-from nri_numa.frozen import frozen
 from nri_numa.runtime.cdi_names import CdiName, CdiNameError, parse_kind, parse_name
 from nri_numa.runtime.container import DeviceNode, RuntimeInputError
 from nri_numa.safeio.bounds import quote
@@ -49,7 +49,7 @@ class SpecError(ValueError):
 # --- spec files ----------------------------------------------------------------------------
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class CdiNode:
     """A ``deviceNodes`` entry: ``path`` in the container, ``host_path`` on the host (the same
     unless the spec says ``hostPath``); type and numbers when the spec gives them."""
@@ -61,7 +61,7 @@ class CdiNode:
     minor: int | None = None
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class CdiDevice:
     name: CdiName
     nodes: tuple[CdiNode, ...]  # the device's own containerEdits

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
+from dataclasses import dataclass
 
-from nri_numa.frozen import frozen
 from nri_numa.runtime.device_markers import CDI_ANNOTATION_PREFIX as ANNOTATION_PREFIX
 from nri_numa.safeio.bounds import quote
 
@@ -24,7 +24,7 @@ class CdiNameError(ValueError):
     """Not a fully qualified CDI device name; the message says which part is wrong."""
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class CdiName:
     vendor: str  # nvidia.com
     device_class: str  # gpu

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from types import MappingProxyType
 
-from nri_numa.frozen import field, frozen
 from nri_numa.safeio.bounds import MAX_NAME, clip, quote
 from nri_numa.topology.cpulist import ListFormatError, parse_list
 
@@ -45,7 +45,7 @@ def _name(value: object, what: str, *, required: bool) -> None:
         raise RuntimeInputError(f"{what} {quote(value)} is longer than {MAX_NAME} characters")
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class DeviceNode:
     """A device node in the container: ``/dev/nvidia0``, char, major 195, minor 0."""
 
@@ -68,7 +68,7 @@ class DeviceNode:
                                         f"non-negative integer, not {quote(value)}")
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class RuntimePod:
     """The pod (sandbox) a container belongs to. Outside Kubernetes ``uid``, ``name`` and
     ``namespace`` may be empty; ``cgroup_parent`` is whatever the runtime was given."""
@@ -92,7 +92,7 @@ class RuntimePod:
         object.__setattr__(self, "labels", _frozen(self.labels, f"pod {clip(self.id)} labels"))
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class RuntimeContainer:
     """One container's identity and Linux resources, in the runtime's own units.
 

@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 
-from nri_numa.frozen import frozen
 from nri_numa.topology.cpulist import ListFormatError, parse_list
 
 # Deep enough for /kubepods.slice/kubepods-burstable.slice/<pod>.slice/<container>.scope under a
@@ -23,7 +23,7 @@ from nri_numa.topology.cpulist import ListFormatError, parse_list
 WALK_DEPTH = 8
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class CpusetTree:
     """The hierarchy that holds cpuset: cgroup v1's ``<root>/cpuset`` or v2's ``<root>``."""
 
@@ -31,7 +31,7 @@ class CpusetTree:
     mount: Path
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class CgroupReading:
     """A container's cgroup as found: its path under the hierarchy and its cpuset, or why not.
 

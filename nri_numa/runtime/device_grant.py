@@ -30,12 +30,12 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
 
 from nri_numa.engine.context import GPU_RESOURCE
 from nri_numa.engine.devices.requested import PCI_PREFIX
-from nri_numa.frozen import field, frozen
 from nri_numa.runtime.cdi import (AUTO, CDI, INJECTION_MODES, NODES, CdiRegistry, host_device,
                                   runtime_applies_cdi)
 from nri_numa.runtime.device_markers import NVIDIA_MAJOR, NVIDIA_VISIBLE_DEVICES
@@ -54,7 +54,7 @@ class GrantError(ValueError):
     """An allocated device that cannot be handed over; the message names it."""
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class GrantedNode:
     """A device node to create in the container, and to allow in its device cgroup."""
 
@@ -67,7 +67,7 @@ class GrantedNode:
     gid: int = 0
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class Grant:
     nodes: tuple[GrantedNode, ...] = ()
     env: Mapping[str, str] = field(default_factory=dict)

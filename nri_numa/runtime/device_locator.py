@@ -14,12 +14,12 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from nri_numa.deferred_log import get_logger
 from nri_numa.engine.context import GPU_RESOURCE
-from nri_numa.frozen import frozen
 from nri_numa.runtime.container import DeviceNode, RuntimeContainer
 from nri_numa.runtime.device_markers import (CDI_ANNOTATION_PREFIX, NVIDIA_MAJOR,
                                              NVIDIA_VISIBLE_DEVICES)
@@ -35,7 +35,7 @@ log = get_logger(__name__)
 _NVIDIA_NODE = r"/dev/nvidia(\d+)"  # compiled (and kept) by re at the first NVIDIA device
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class _Found:
     """One device of a container: a GPU (by UUID), a PCI function (by address) or a node
     the topology cannot place (``device_id`` None)."""

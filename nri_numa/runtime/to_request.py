@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import replace
 
 from nri_numa.engine.annotations import (DEVICES, ISOLATED_CPUS, SCHEDULED_NUMA_NODES,
                                          AnnotationError, scheduled_numa_nodes)
@@ -31,7 +32,6 @@ from nri_numa.engine.devices import Resource
 from nri_numa.engine.devices.requested import (container_devices, pod_devices_for,
                                                resolve_devices)
 from nri_numa.engine.request import ContainerRequest, PodRequest, QosClass
-from nri_numa.frozen import replace
 from nri_numa.runtime.container import RuntimeContainer, RuntimePod
 from nri_numa.topology.cpulist import format_list
 

@@ -23,9 +23,8 @@ import errno
 import fcntl
 import os
 import stat
+from dataclasses import dataclass
 from pathlib import Path
-
-from nri_numa.frozen import frozen
 
 _FOLDER_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _SAFE = os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
@@ -50,7 +49,7 @@ class NotAFile(UnusableFile):
     file past the size limit. Damage or a plant, never a setting."""
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class FileContents:
     data: bytes
     mtime: float  # seconds since the epoch

@@ -24,8 +24,8 @@ import fcntl
 import os
 import struct
 import zlib
+from dataclasses import dataclass
 
-from nri_numa.frozen import frozen
 from nri_numa.safeio import safe_files
 
 _FRAME = struct.Struct(">II")  # body length, CRC-32 of the body
@@ -44,7 +44,7 @@ def frame(body: bytes) -> bytes:
     return _FRAME.pack(len(body), zlib.crc32(body)) + body
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class JournalContents:
     """What a journal file holds: its header's body, the bodies of the records after it, the
     length of the good part (where the next record goes), and why a tail was dropped."""

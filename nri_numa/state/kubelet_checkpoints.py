@@ -12,10 +12,10 @@ type names, which are part of the format: a file whose checksum does not match i
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from nri_numa.frozen import frozen
 from nri_numa.safeio.bounds import clip
 from nri_numa.safeio.documents import DocumentError, load_json
 from nri_numa.topology.cpulist import ListFormatError, parse_list
@@ -29,7 +29,7 @@ class KubeletCheckpointError(ValueError):
     """One line naming the file and what is wrong with it."""
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class KubeletCpuState:
     policy: str
     default_cpus: frozenset[int]
@@ -38,20 +38,20 @@ class KubeletCpuState:
     format: str  # "v2" (pod uid → container name → CPUs, kubelet 1.14 and later) or "v1"
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class MemoryBlock:
     numa_nodes: frozenset[int]
     resource: str  # "memory", "hugepages-2Mi", ...
     size: int  # bytes
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class KubeletMemoryState:
     policy: str
     assignments: dict[tuple[str, str], tuple[MemoryBlock, ...]]  # (pod uid, container) → blocks
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class KubeletPlacements:
     """What the kubelet's two checkpoints give the running containers; either may be missing."""
 

@@ -35,10 +35,10 @@ import os
 import secrets
 import time
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from nri_numa.frozen import frozen
 from nri_numa.safeio import safe_files
 from nri_numa.safeio.bounded_json import JsonShapeError, loads
 from nri_numa.safeio.safe_files import UnusableFile
@@ -63,7 +63,7 @@ class UntrustedState(Exception):
     """Snapshot and journal together cannot be trusted; the message says why."""
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class Loaded:
     """A trusted state: the payload as of the journal's last record, and what was found."""
 

@@ -5,12 +5,12 @@ ledger."""
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from operator import itemgetter
 from types import MappingProxyType
 from typing import Any
 
 from nri_numa.engine.request import ContainerRequest, RequestError
-from nri_numa.frozen import MISSING, field, frozen
 from nri_numa.topology.cpulist import ListFormatError, format_cached, parse_list, parse_list_once
 
 
@@ -21,7 +21,7 @@ class RecordError(ValueError):
     """A record in a checkpoint payload that cannot be read; the message names it."""
 
 
-@frozen(slots=True)
+@dataclass(frozen=True, slots=True)
 class PodRecord:
     """A pod the plugin placed containers of: what the engine's request needs of it."""
 
@@ -31,20 +31,6 @@ class PodRecord:
     name: str
     cgroup_parent: str = ""  # tells the QoS class under the kubelet
     annotations: Mapping[str, str] = field(default_factory=dict)
-
-    # Written out rather than left to @frozen, as for ContainerRecord below: a hook process
-    # reads one per pod of the checkpoint, and @frozen's generic __init__ (compiled only past
-    # 256 instances) is several times slower. The same parameters @frozen gives.
-    def __init__(self, sandbox_id: str, uid: str, namespace: str, name: str,
-                 cgroup_parent: str = "", annotations: Mapping[str, str] = MISSING) -> None:
-        setattr_ = object.__setattr__
-        setattr_(self, "sandbox_id", sandbox_id)
-        setattr_(self, "uid", uid)
-        setattr_(self, "namespace", namespace)
-        setattr_(self, "name", name)
-        setattr_(self, "cgroup_parent", cgroup_parent)
-        setattr_(self, "annotations", {} if annotations is MISSING else annotations)
-        self.__post_init__()
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "annotations", MappingProxyType(dict(self.annotations)))
@@ -63,7 +49,7 @@ class PodRecord:
                    _str_map(d.get("annotations", {}), f"{where}.annotations"))
 
 
-@frozen(slots=True)
+@dataclass(frozen=True, slots=True)
 class ContainerRecord:
     """A container the plugin manages: the engine's request for it, and its exclusive CPUs.
     A shared container runs on the shared pool: the NRI plugin's record of it holds no CPUs
@@ -80,20 +66,6 @@ class ContainerRecord:
     exclusive: bool
     mems: frozenset[int] | None = None
     in_ledger: bool = True
-
-    # Written out: a hook process reads one per container of the checkpoint (see PodRecord).
-    def __init__(self, id: str, sandbox_id: str, pod_uid: str, request: ContainerRequest,
-                 cpus: frozenset[int], exclusive: bool, mems: frozenset[int] | None = None,
-                 in_ledger: bool = True) -> None:
-        setattr_ = object.__setattr__
-        setattr_(self, "id", id)
-        setattr_(self, "sandbox_id", sandbox_id)
-        setattr_(self, "pod_uid", pod_uid)
-        setattr_(self, "request", request)
-        setattr_(self, "cpus", cpus)
-        setattr_(self, "exclusive", exclusive)
-        setattr_(self, "mems", mems)
-        setattr_(self, "in_ledger", in_ledger)
 
     @property
     def name(self) -> str:

@@ -13,10 +13,10 @@ new configuration simply starts from an empty ledger.
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from nri_numa.frozen import frozen
 from nri_numa.state.checkpoint import CheckpointError, CheckpointStore
 from nri_numa.state.plugin_records import RecordError
 from nri_numa.topology.cpulist import ListFormatError, format_list, parse_list
@@ -31,7 +31,7 @@ class ConfigChangedError(CheckpointError):
     to drain."""
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class RecordedConfig:
     topology_manager_policy: str
     cpu_manager_policy: str

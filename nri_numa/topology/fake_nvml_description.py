@@ -3,9 +3,9 @@ and read strictly. The format is documented in ``nri_numa.topology.fake_nvml``."
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
-from nri_numa.frozen import frozen
 from nri_numa.topology.model import Topology
 from nri_numa.topology.nvml import NVSWITCH_CLASS, PciId, format_pci_address, parse_pci_address
 from nri_numa.topology.parts import PCIE_LEVELS, Gpu
@@ -24,14 +24,14 @@ class FakeNvmlFormatError(ValueError):
 
 # --- the description ---------------------------------------------------------------------------
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class Link:
     remote: PciId
     remote_type: int
     active: bool
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class FakeGpu:
     uuid: str
     name: str

@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
+from dataclasses import dataclass
 from functools import cached_property
 from operator import attrgetter, itemgetter
 from types import MappingProxyType
 from typing import Any
 
-from nri_numa.frozen import frozen
 from nri_numa.safeio.bounds import MAX_DIGITS, clip, quote
 from nri_numa.safeio.documents import DocumentError, NotParsedError, load_json
 from nri_numa.topology.cpulist import MAX_ID, format_list, parse_list, parse_list_once
@@ -31,7 +31,8 @@ _BY_ID, _BY_ADDRESS = attrgetter("id"), attrgetter("address")
 _BY_NAME, _BY_INDEX = attrgetter("name"), attrgetter("index")
 
 
-@frozen
+# Not slots: cached_property uses the instance's __dict__.
+@dataclass(frozen=True)
 class Topology:
     cpus: tuple[Cpu, ...]
     numa_nodes: tuple[NumaNode, ...]

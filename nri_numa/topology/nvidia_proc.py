@@ -18,17 +18,17 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
 
-from nri_numa.frozen import frozen
 from nri_numa.topology.sysfs_read import PCI_ADDRESS
 
 GPUS_DIR = "proc/driver/nvidia/gpus"
 _MAX_FILE = 64 * 1024  # the real file is a few hundred bytes
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class DriverGpu:
     pci_address: str  # sysfs form, lowercase
     minor: int | None  # None: the line is missing or not a number

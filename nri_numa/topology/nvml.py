@@ -17,10 +17,10 @@ from __future__ import annotations
 
 import re
 from collections import Counter
+from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
-from nri_numa.frozen import frozen
 from nri_numa.topology.parts import PCIE_LEVELS, Gpu, PciDevice
 
 NVSWITCH_CLASS = 0x068000  # PCI class of an NVSwitch ("bridge, other")
@@ -85,7 +85,7 @@ def _init_failure(nvml: ModuleType, error: Exception) -> str:
     return f"{why}; GPUs are not read"
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class _Probe:
     """What NVML told about one GPU, before GPUs are related to each other."""
 

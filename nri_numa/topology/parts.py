@@ -12,9 +12,8 @@ falls back to the lowest CPU of the package. Offline CPUs keep their NUMA node (
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from types import MappingProxyType
-
-from nri_numa.frozen import field, frozen
 
 # nvmlGpuTopologyLevel_t, nearest first; the same words name PCIe relationships between any two
 # devices (see pcie_level).
@@ -25,7 +24,7 @@ def _frozen(mapping: Mapping) -> Mapping:
     return MappingProxyType(dict(mapping))
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class Cpu:
     id: int
     numa: int | None
@@ -35,29 +34,14 @@ class Cpu:
     die: int | None = None
     l3: int | None = None
 
-    # Written out rather than left to @frozen: a hook process makes one Cpu per CPU of the
-    # machine (224 on a DGX H100), each through @frozen's generic __init__ (a compiled one only
-    # past 256 instances), several times slower. The same parameters @frozen gives.
-    def __init__(self, id: int, numa: int | None, online: bool = True, core: int | None = None,
-                 socket: int | None = None, die: int | None = None,
-                 l3: int | None = None) -> None:
-        setattr_ = object.__setattr__
-        setattr_(self, "id", id)
-        setattr_(self, "numa", numa)
-        setattr_(self, "online", online)
-        setattr_(self, "core", core)
-        setattr_(self, "socket", socket)
-        setattr_(self, "die", die)
-        setattr_(self, "l3", l3)
 
-
-@frozen
+@dataclass(frozen=True, slots=True)
 class HugePages:
     total: int
     free: int
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class NumaNode:
     id: int
     cpus: frozenset[int]  # online CPUs only
@@ -71,7 +55,7 @@ class NumaNode:
         object.__setattr__(self, "distances", _frozen(self.distances))
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class PciDevice:
     address: str  # sysfs form: dddd:bb:dd.f, lowercase
     numa_node: int | None  # None: the firmware does not say (sysfs -1)
@@ -87,28 +71,11 @@ class PciDevice:
     virtfns: tuple[str, ...] = ()  # the VFs, for an SR-IOV PF, in virtfnN order
     driver: str | None = None
 
-    # Written out, as Cpu's: a hook process reads every PCI device of the machine (56 on a DGX
-    # H100), fewer than @frozen compiles an __init__ for, each through its slower generic one.
-    def __init__(self, address: str, numa_node: int | None, class_code: int, vendor: int,
-                 device: int, local_cpus: frozenset[int] = frozenset(),
-                 bridges: tuple[str, ...] = (), host_bridge: str | None = None,
-                 physfn: str | None = None, virtfns: tuple[str, ...] = (),
-                 driver: str | None = None) -> None:
-        setattr_ = object.__setattr__
-        setattr_(self, "address", address)
-        setattr_(self, "numa_node", numa_node)
-        setattr_(self, "class_code", class_code)
-        setattr_(self, "vendor", vendor)
-        setattr_(self, "device", device)
-        setattr_(self, "local_cpus", frozenset(local_cpus))
-        setattr_(self, "bridges", bridges)
-        setattr_(self, "host_bridge", host_bridge)
-        setattr_(self, "physfn", physfn)
-        setattr_(self, "virtfns", virtfns)
-        setattr_(self, "driver", driver)
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "local_cpus", frozenset(self.local_cpus))
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class Nic:
     name: str  # netdev name
     pci_address: str | None
@@ -116,7 +83,7 @@ class Nic:
     rdma: tuple[str, ...] = ()  # RDMA devices on the same PCI function (mlx5_0)
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class Gpu:
     index: int  # NVML's index: not stable across boots, not CUDA's; key GPUs by uuid or address
     uuid: str

@@ -11,8 +11,8 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 
-from nri_numa.frozen import frozen
 from nri_numa.topology.cpulist import format_list
 from nri_numa.topology.parts import Cpu, HugePages, NumaNode
 from nri_numa.topology.sysfs_read import (PathArg, read_cpu_list, read_cpu_mask, read_int,
@@ -36,7 +36,7 @@ _SHARED_FILES = ("shared_cpu_list", "shared_cpu_map")
 _Members = tuple[frozenset[int], str]  # a group's CPUs and the file that listed them
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class _CpuDir:
     """What one listing of ``cpuN/`` tells, so that nothing below has to probe for files."""
 

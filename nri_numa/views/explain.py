@@ -11,6 +11,7 @@ public pieces (``provider_slots``, ``filter_single_numa_hints``, ``NumaInfo``,
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from enum import StrEnum
 
 from nri_numa.engine.admit import Admission, admit
@@ -22,7 +23,6 @@ from nri_numa.engine.merge import ProviderHints, provider_slots
 from nri_numa.engine.numa_info import NumaInfo
 from nri_numa.engine.policy.single_numa_node import filter_single_numa_hints
 from nri_numa.engine.scope import MergeStep
-from nri_numa.frozen import frozen
 from nri_numa.safeio.bounds import clip
 from nri_numa.views.simulate import Entry, InputError, PodEntry, Simulator, Step, StepKind, known_pods
 
@@ -45,7 +45,7 @@ class Rule(StrEnum):
     NODE_COUNT_TIER = "non-preferred-node-count"  # the kubelet's bestNonPreferredAffinityCount
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class Verdict:
     winner: Hint  # what the merge returns (single-numa-node later reports the whole machine as any)
     runner_up: Hint | None
@@ -53,7 +53,7 @@ class Verdict:
     reason: str  # the rule in words, with the figures that decided
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class LabeledSlot:
     provider: str
     resource: str | None  # None: the provider had no preference at all
@@ -77,7 +77,7 @@ def labeled_slots(hints: Sequence[tuple[str, ProviderHints]]) -> list[LabeledSlo
 # --- why the winner won -----------------------------------------------------------------
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class _Ranking:
     """Every distinct merged mask, best first, under the kubelet's comparison."""
 
@@ -251,14 +251,14 @@ def _nodes(count: int) -> str:
 # --- one pod, against the state the pods before it leave --------------------------------
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class MergeExplanation:
     step: MergeStep
     slots: tuple[LabeledSlot, ...]
     verdict: Verdict
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class Explanation:
     entry: PodEntry
     admission: Admission

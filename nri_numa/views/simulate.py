@@ -10,6 +10,7 @@ a file that cannot be read or parsed at all stops everything (``InputError``).
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
 from types import MappingProxyType
@@ -22,7 +23,6 @@ from nri_numa.engine.context import EngineContext
 from nri_numa.engine.decision import Decision
 from nri_numa.engine.manifest import pod_from_manifest
 from nri_numa.engine.request import PodRequest, QosClass, RequestError
-from nri_numa.frozen import field, frozen
 from nri_numa.safeio.bounds import MAX_NAME, clip, join_problems, one_line, quote
 from nri_numa.state.ledger import Ledger
 from nri_numa.topology.model import Topology
@@ -61,7 +61,7 @@ def build_context(topology: Topology, config: EngineConfig, config_path: Path) -
                          f"{join_problems(e.problems)}") from None
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class PodEntry:
     where: str  # "document 2", "document 3 item 1": how a person finds it in the file
     pod: PodRequest
@@ -71,13 +71,13 @@ class PodEntry:
         return f"{self.pod.namespace}/{self.pod.name}"
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class DeleteEntry:
     where: str
     key: str  # namespace/name
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class BadEntry:
     where: str
     error: str
@@ -148,7 +148,7 @@ class StepKind(StrEnum):
     ERROR = "error"
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class Step:
     number: int
     where: str
@@ -169,7 +169,7 @@ class Step:
         return out
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class Simulation:
     ctx: EngineContext
     steps: tuple[Step, ...]

@@ -21,6 +21,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
@@ -28,7 +29,6 @@ from typing import Any
 from nri_numa.engine.allocations import Allocations, AllocationsError
 from nri_numa.engine.memory import MemoryState
 from nri_numa.engine.request import QosClass
-from nri_numa.frozen import field, frozen
 from nri_numa.hook.shared_ledger import PROCESSES_KEY
 from nri_numa.runtime.cpuset_cgroups import CgroupReading, CpusetTree, find_cpuset_tree, locate_all, readings
 from nri_numa.runtime.to_request import qos_from_cgroup_parent
@@ -48,7 +48,7 @@ class StateViewError(Exception):
     """The state cannot be shown: missing, unreadable or untrusted. One line, says why."""
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class MemoryHeld:
     """One of the Memory Manager's blocks: ``size`` bytes of ``resource`` on ``nodes``."""
 
@@ -57,7 +57,7 @@ class MemoryHeld:
     size: int
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class ContainerView:
     id: str
     pod: PodRecord | None  # None: the checkpoint lacks the pod record (it should not)
@@ -78,7 +78,7 @@ class ContainerView:
         object.__setattr__(self, "device_nodes", MappingProxyType(dict(self.device_nodes)))
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class NodeMemory:
     """One NUMA node's table for one resource, as the Memory Manager keeps it."""
 
@@ -88,7 +88,7 @@ class NodeMemory:
     reserved: int  # held by containers
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class StateView:
     path: Path
     kind: str  # "nri" (nri-numa run) or "hook" (nri-numa hook)
@@ -106,7 +106,7 @@ class StateView:
         return tuple(c for c in self.containers if c.drift)
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class Checkpoint:
     """A trusted checkpoint's contents, decoded."""
 

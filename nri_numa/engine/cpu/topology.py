@@ -19,12 +19,12 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
 from functools import cached_property
 from operator import attrgetter
 from types import MappingProxyType
 from typing import Any
 
-from nri_numa.frozen import field, frozen
 from nri_numa.topology.model import Topology
 
 
@@ -32,23 +32,13 @@ class CPUTopologyError(ValueError):
     """CPU records that do not describe a machine; the message names the record and field."""
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class CPUInfo:
     cpu: int
     core: int
     socket: int
     numa: int
     uncore: int  # the socket id where the machine reports no uncore cache
-
-    # Written out rather than left to @frozen, as Cpu's (nri_numa.topology.parts): one per
-    # online CPU in every hook process.
-    def __init__(self, cpu: int, core: int, socket: int, numa: int, uncore: int) -> None:
-        setattr_ = object.__setattr__
-        setattr_(self, "cpu", cpu)
-        setattr_(self, "core", core)
-        setattr_(self, "socket", socket)
-        setattr_(self, "numa", numa)
-        setattr_(self, "uncore", uncore)
 
 
 def mask_of(cpus: Iterable[int]) -> int:
@@ -108,7 +98,8 @@ def _group(pairs: Iterable[tuple[int, int]]) -> Mapping[int, tuple[int, ...]]:
     return _frozen({k: tuple(sorted(v)) for k, v in sorted(out.items())})
 
 
-@frozen(eq=False)
+# Not slots: cached_property uses the instance's __dict__.
+@dataclass(frozen=True, eq=False)
 class CPUTopology:
     """Immutable CPU layout plus what the algorithms look up on every step.
 

@@ -15,9 +15,8 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from types import MappingProxyType
-
-from nri_numa.frozen import field, frozen
 
 # (available ids, ids that must be in the answer, how many in all) -> preferred ids, best first.
 # The kubelet's GetPreferredAllocation call, answered in-process.
@@ -36,7 +35,7 @@ def sorted_ids(ids: Iterable[str]) -> list[str]:
     return sorted(ids, key=device_id_key)
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class Device:
     """One device of a resource; ``numa_nodes`` empty means the plugin gave no topology."""
 
@@ -56,7 +55,7 @@ class Device:
         object.__setattr__(self, "numa_nodes", nodes)
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class Resource:
     """A device-plugin resource (``nvidia.com/gpu``) and every device it has, healthy or not."""
 

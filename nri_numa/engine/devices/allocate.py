@@ -29,16 +29,16 @@ from __future__ import annotations
 
 import json
 from collections.abc import Collection, Iterable, Sequence
+from dataclasses import dataclass
 
 from nri_numa.engine.devices import Chooser, Resource, sorted_ids
-from nri_numa.frozen import frozen
 
 
 class DeviceAllocationError(Exception):
     """The kubelet would fail this allocation; the message is the kubelet's."""
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class DeviceRequest:
     pod_uid: str
     container: str

@@ -36,11 +36,11 @@ all but at most one, leaves nothing to divide and stays exact at any size.
 from __future__ import annotations
 
 from collections.abc import Collection, Sequence
+from dataclasses import dataclass
 from itertools import combinations
 
 from nri_numa.engine.bitmask import bits
 from nri_numa.engine.devices import Chooser, sorted_ids
-from nri_numa.frozen import frozen
 from nri_numa.topology.model import Topology
 from nri_numa.topology.parts import Gpu, pcie_level
 
@@ -55,7 +55,7 @@ class GpuSelectionError(ValueError):
     """A selection that cannot be made; the message names what was asked and what was there."""
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class GpuSelection:
     chosen: tuple[str, ...]  # PCI addresses, ascending
     set_score: int  # sum of pair scores inside the chosen set
@@ -155,7 +155,7 @@ def _check_request(addresses: list[str], size: int, must_include: Collection[str
             f"{len(set(must_include))} GPUs must be included but only {size} were asked for")
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class Choice:
     """A chosen set as positions into a score matrix (see ``best_choice``)."""
 

@@ -16,16 +16,16 @@ known ones. Work is O(size x NICs x GPUs): trivial at the 32 NICs and 16 GPUs of
 from __future__ import annotations
 
 from collections.abc import Collection, Sequence
+from dataclasses import dataclass
 
 from nri_numa.engine.devices import Chooser, device_id_key
-from nri_numa.frozen import frozen
 from nri_numa.topology.model import Topology
 from nri_numa.topology.parts import PCIE_LEVELS, Gpu, PciDevice, pcie_level
 
 UNKNOWN_TIER = len(PCIE_LEVELS)  # after every PCIe level
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class _Candidate:
     id: str
     tier: int

@@ -18,11 +18,11 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
+from dataclasses import replace
 
 from nri_numa.engine.annotations import DEVICES, DEVICES_FOR, AnnotationError
 from nri_numa.engine.devices import Resource
 from nri_numa.engine.request import ContainerRequest, PodRequest
-from nri_numa.frozen import replace
 from nri_numa.safeio.bounds import MAX_ANNOTATION_VALUE, clip, quote
 
 PCI_PREFIX = "pci/"  # + vendor:device, four lowercase hex digits each

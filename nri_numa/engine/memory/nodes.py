@@ -11,16 +11,16 @@ and validate); ``machine_state_difference`` is the kubelet's comparison of two n
 from __future__ import annotations
 
 from collections.abc import Mapping, MutableMapping, Sequence
+from dataclasses import dataclass
 from functools import lru_cache
 from types import MappingProxyType
 
 from nri_numa.engine.bitmask import kubelet_order, subset_sums
-from nri_numa.frozen import frozen
 
 Mask = tuple[int, ...]  # NUMA node ids, ascending
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class MemoryTable:
     total: int
     system_reserved: int
@@ -37,7 +37,8 @@ class MemoryTable:
                            self.reserved - amount, self.free + amount)
 
 
-@frozen
+# Not slots: _node uses the instance's __dict__.
+@dataclass(frozen=True)
 class NodeState:
     tables: Mapping[str, MemoryTable]  # resource → table
     cells: Mask

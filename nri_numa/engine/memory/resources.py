@@ -9,10 +9,10 @@ request (init containers, sidecars and apps, §5.1) is ``request.pod_memory_requ
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 
 from nri_numa.engine.quantity import MAX_INT64
 from nri_numa.engine.request import HUGEPAGES_PREFIX, MEMORY, hugepage_resource_name
-from nri_numa.frozen import frozen
 
 __all__ = ["MEMORY", "InitContainer", "MemoryRequestError", "hugepage_resource_name",
            "is_memory_resource", "requested_resources"]
@@ -22,7 +22,7 @@ class MemoryRequestError(ValueError):
     """A memory request the Memory Manager cannot represent."""
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class InitContainer:
     """An init container of the pod, in spec order; restartable ones are sidecars."""
 

@@ -26,6 +26,7 @@ a block over its group, comparing two machine states, the machine's capacity) ar
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from functools import cached_property
 from types import MappingProxyType
 from typing import Any
@@ -34,7 +35,6 @@ from nri_numa.engine.memory.nodes import (MachineCapacity, Mask, MemoryTable, No
                                           machine_state_difference, reserve_on)
 from nri_numa.engine.memory.resources import MEMORY, hugepage_resource_name, is_memory_resource
 from nri_numa.engine.quantity import format_binary
-from nri_numa.frozen import field, frozen
 from nri_numa.topology.model import Topology
 
 ReservedMemory = Mapping[int, Mapping[str, int]]  # node → resource → bytes
@@ -50,7 +50,7 @@ class ReservedMemoryError(ValueError):
     """A ``reservedMemory`` setting the static policy cannot start with."""
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class Block:
     numa_affinity: Mask
     type: str  # resource name
@@ -60,7 +60,8 @@ class Block:
         object.__setattr__(self, "numa_affinity", tuple(sorted(self.numa_affinity)))
 
 
-@frozen
+# Not slots: cached_property and derive use the instance's __dict__.
+@dataclass(frozen=True)
 class MemoryState:
     nodes: Mapping[int, NodeState]
     blocks: Mapping[str, Mapping[str, tuple[Block, ...]]] = field(default_factory=dict)

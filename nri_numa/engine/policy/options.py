@@ -16,9 +16,9 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
+from dataclasses import dataclass
 
 from nri_numa.engine.hints import MergeError
-from nri_numa.frozen import frozen
 
 PREFER_CLOSEST_NUMA_NODES = "prefer-closest-numa-nodes"
 MAX_ALLOWABLE_NUMA_NODES = "max-allowable-numa-nodes"
@@ -35,7 +35,7 @@ class PolicyOptionError(MergeError):
     """A topologyManagerPolicyOptions entry the kubelet would refuse, with the kubelet's words."""
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class PolicyOptions:
     prefer_closest_numa_nodes: bool = False
     max_allowable_numa_nodes: int = DEFAULT_MAX_ALLOWABLE_NUMA_NODES

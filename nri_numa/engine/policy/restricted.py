@@ -7,12 +7,12 @@ locality").
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from nri_numa.engine.hints import Hint, MergeFn, Slot
-from nri_numa.frozen import frozen
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class RestrictedPolicy:
     name: str = "restricted"
 

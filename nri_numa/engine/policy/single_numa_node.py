@@ -9,9 +9,9 @@ from "no preference" everywhere and is reported without an affinity.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from nri_numa.engine.hints import Hint, MergeFn, Slot
-from nri_numa.frozen import frozen
 
 
 def filter_single_numa_hints(slots: Sequence[Slot]) -> list[Slot]:
@@ -19,7 +19,7 @@ def filter_single_numa_hints(slots: Sequence[Slot]) -> list[Slot]:
             for slot in slots]
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class SingleNumaNodePolicy:
     name: str = "single-numa-node"
 

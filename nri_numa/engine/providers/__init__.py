@@ -10,6 +10,7 @@ for a refusal, what was asked and what each NUMA node had free.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Protocol
 
@@ -17,7 +18,6 @@ from nri_numa.engine.allocations import Allocations
 from nri_numa.engine.context import EngineContext
 from nri_numa.engine.hints import Hint
 from nri_numa.engine.request import ContainerRequest, PodRequest
-from nri_numa.frozen import field, frozen
 
 ProviderHints = Mapping[str, list[Hint] | None] | None
 
@@ -31,7 +31,7 @@ class AllocationFailure(Exception):
         self.reason = reason  # the kubelet's admission reason, e.g. SMTAlignmentError
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class ResourceDemand:
     resource: str
     asked: str  # in people's units: "4 CPUs", "8.0 GiB"

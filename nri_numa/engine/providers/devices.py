@@ -11,6 +11,7 @@ allocated. Past ``EXACT_NODE_LIMIT`` nodes, hints come from ``bounded_hints``.
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import replace
 
 from nri_numa.engine.allocations import Allocations
 from nri_numa.engine.context import EngineContext
@@ -19,7 +20,6 @@ from nri_numa.engine.hints import Hint
 from nri_numa.engine.providers import AllocationFailure, ProviderHints, ResourceDemand
 from nri_numa.engine.request import (ContainerKind, ContainerRequest, PodRequest,
                                      pod_device_requests)
-from nri_numa.frozen import replace
 
 HELD_PREFIX = "held:"  # slot name for devices a container already holds
 

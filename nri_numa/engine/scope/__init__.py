@@ -8,17 +8,17 @@ Both place a container the same way: record the hint, then let every provider al
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 
 from nri_numa.engine.allocations import Allocations
 from nri_numa.engine.context import EngineContext
 from nri_numa.engine.hints import Hint
 from nri_numa.engine.providers import AllocationFailure, Provider, ProviderHints
 from nri_numa.engine.request import ContainerRequest, PodRequest
-from nri_numa.frozen import field, frozen
 from nri_numa.topology.cpulist import format_list
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class MergeStep:
     """One merge, kept for ``explain``: who hinted what, and what came out."""
 
@@ -37,7 +37,7 @@ class Refused(Exception):
         self.container, self.reason, self.detail, self.resource = container, reason, detail, resource
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class ScopeRun:
     ctx: EngineContext
     providers: Sequence[Provider]

@@ -10,12 +10,12 @@ refused rather than spilled onto other nodes.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 
 from nri_numa.engine.allocations import Allocations
 from nri_numa.engine.hints import Hint
 from nri_numa.engine.request import ContainerRequest, PodRequest
 from nri_numa.engine.scope import Refused, ScopeRun
-from nri_numa.frozen import replace
 
 _ALIGNMENT_REQUIRED = frozenset({"restricted", "single-numa-node"})
 

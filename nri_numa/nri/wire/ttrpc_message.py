@@ -5,8 +5,7 @@ from __future__ import annotations
 
 import enum
 import struct
-
-from nri_numa.frozen import frozen
+from dataclasses import dataclass
 
 HEADER = struct.Struct(">IIBB")
 MAX_MESSAGE_SIZE = 4 << 20
@@ -38,7 +37,7 @@ class TtrpcError(Exception):
         super().__init__(f"{_code_name(code)} (code {code}): {message}")
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class MessageHeader:
     length: int
     stream_id: int
@@ -53,7 +52,7 @@ class MessageHeader:
         return cls(*HEADER.unpack(data))
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class Message:
     """One ttrpc message. ``oversized`` ones arrive without their body, which was skipped."""
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 import uuid
 from collections import defaultdict
 from collections.abc import Mapping
+from dataclasses import dataclass
 
-from nri_numa.frozen import frozen
 from nri_numa.topology.model import Topology
 from nri_numa.topology.nvml import NVSWITCH_CLASS
 from nri_numa.topology.parts import Cpu, Gpu, HugePages, Nic, NumaNode, PciDevice, pcie_level
@@ -27,7 +27,7 @@ from nri_numa.topology.synthetic.spec import (
 )
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class _Core:
     cpus: tuple[int, ...]  # its hardware threads, first thread first
     socket: int
@@ -191,7 +191,7 @@ _FIRST_AUTO_BUS = 0x10
 _LAST_BUS = 0xFF
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class _Slot:
     """Where an endpoint goes: its bus and the bridges above it."""
 
@@ -201,7 +201,7 @@ class _Slot:
     bridges: tuple[str, ...]
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class _PlacedNic:
     spec: NicSpec
     pf: str

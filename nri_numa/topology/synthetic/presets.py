@@ -7,10 +7,10 @@ that docs/presets.md lists with their public sources; sizes are round figures.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from functools import lru_cache
 from types import MappingProxyType
 
-from nri_numa.frozen import frozen
 from nri_numa.topology.model import Topology
 from nri_numa.topology.synthetic.build import build_topology
 from nri_numa.topology.synthetic.spec import (
@@ -33,7 +33,7 @@ _CONNECTX6_DX = 0x101D
 _CONNECTX7 = 0x1021
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class Preset:
     name: str
     summary: str  # one line, for listings and --help

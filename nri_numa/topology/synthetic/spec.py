@@ -9,10 +9,9 @@ NICs refer to nodes by their kernel id (what ``numactl`` prints), which is the n
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from enum import StrEnum
 from types import MappingProxyType
-
-from nri_numa.frozen import field, frozen
 
 GIB = 1 << 30
 HUGEPAGE_SIZES_KIB = (2048, 1048576)  # x86: every node has a folder for both sizes
@@ -46,7 +45,7 @@ def _is_count(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class DistanceSpec:
     """SLIT distances: 10 to itself, ``sibling`` to nodes of the same socket, ``remote`` across.
 
@@ -73,7 +72,7 @@ class DistanceSpec:
                              f"distances.matrix[{i}][{j}] must be an integer in 10..255, not {value!r}")
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class MemorySpec:
     """Memory of every CPU node; hugepages are page size in KiB → pages, all free at boot."""
 
@@ -100,7 +99,7 @@ def _check_memory(n_bytes: int, hugepages: Mapping[int, int], where: str) -> Non
              f"{where}: hugepages take {reserved} bytes, more than the node's {n_bytes}")
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class CpulessNodeSpec:
     """A node with memory and no CPUs (GPU memory, CXL, HBM), placed by its distances."""
 
@@ -122,7 +121,7 @@ class CpulessNodeSpec:
                      f"{where}: {name} must be an integer in 11..255, not {value!r}")
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class GpuSpec:
     name: str = "NVIDIA H100 80GB HBM3"
     device: int = 0x2330
@@ -142,7 +141,7 @@ class NicKind(StrEnum):
     INFINIBAND = "infiniband"
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class NicSpec:
     """A Mellanox/NVIDIA ConnectX function; ``name`` None picks a predictable name from its bus."""
 
@@ -160,7 +159,7 @@ class NicSpec:
                  f"NIC name {self.name!r} is not a valid netdev name")
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class PcieSwitchSpec:
     """Root port → switch upstream port → one downstream port per endpoint (NICs first, then GPUs).
 
@@ -181,7 +180,7 @@ class PcieSwitchSpec:
                  f"PCIe switch on node {self.node}: at most 32 downstream ports")
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class RootPortNicSpec:
     """A NIC straight on a root port of its own host bridge."""
 
@@ -190,14 +189,14 @@ class RootPortNicSpec:
     host_bus: int | None = None
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class NvSwitchSpec:
     node: int
     device: int = 0x22A3  # NVSwitch of the H100 generation
     host_bus: int | None = None
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class NvLinkBridgeSpec:
     """Direct NVLinks between two GPUs (by index: the order GPUs appear in the switches)."""
 
@@ -211,7 +210,7 @@ class NvLinkBridgeSpec:
                  f"NVLink bridge {self.gpu_a}-{self.gpu_b}: links must be positive, not {self.links!r}")
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class MachineSpec:
     name: str
     sockets: int

@@ -12,6 +12,7 @@ import signal
 import subprocess
 import sys
 import threading
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -56,8 +57,7 @@ def create(base: Path, host: FakeHost, cid: str = "c1", pid: int = 4001,
     status, stderr)."""
     bundle = write_bundle(host.base, cid, 2)
     host.start(pid, f"/pods/{cid}")
-    hook = options(base, host)
-    hook = HookOptions(**{**hook.__dict__, **changes})
+    hook = replace(options(base, host), **changes)
     err = io.StringIO()
     # In the test's main thread (the hook's timer is a SIGALRM there). A FIFO it blocked on
     # would stop the test: a watchdog's SIGUSR1 interrupts the blocking call after 10 s.

@@ -1,7 +1,7 @@
 """Allocations.from_dict reads each pod in its plain form in one pass (``_PlainReader``): it
 must accept, make and refuse exactly what the field-by-field reader (``_pod_from_dict``) does,
-with the same one-line errors. ContainerAllocation, PodAllocation and ContainerRequest write
-their own __init__; ContainerRequest skips the amount checks' messages for plain amounts."""
+with the same one-line errors. ContainerRequest skips the amount checks' messages for plain
+amounts."""
 
 from __future__ import annotations
 
@@ -15,7 +15,6 @@ from nri_numa.engine.allocations import Allocations, ContainerAllocation, PodAll
 from nri_numa.engine.hints import Hint
 from nri_numa.engine.request import ContainerKind, ContainerRequest, RequestError
 from nri_numa.topology.cpulist import MAX_ID
-from tests.unit.written_out_init import check_written_out_init
 from tests.unit.odd_fields import GONE, change
 
 CPU_LISTS = ["0-3,8", "", " 4 ", "0-a", "70000", [1, 2], None, 3, GONE]
@@ -129,32 +128,6 @@ def test_pods_as_written_are_read_in_one_pass_sharing_their_hints(monkeypatch):
         assert _outcome(data) == expected
     value = Allocations.from_dict(data)
     assert value.pods["p1"].containers["a"].hint is value.pods["p2"].containers["c"].hint
-
-
-def test_container_allocation_writes_the_init_frozen_would():
-    check_written_out_init(ContainerAllocation, [
-        ((), {}),
-        ((frozenset({1, 2}), {"gpu": ["a"]}, Hint({0}, True), frozenset({1})), {}),
-        (({3}, {"gpu": ("a",)}), {"admitted_cpus": {3}}),
-    ])
-
-
-def test_pod_allocation_writes_the_init_frozen_would():
-    container = ContainerAllocation(frozenset({1}))
-    check_written_out_init(PodAllocation, [
-        ((), {}),
-        (({"a": container}, Hint({0}, False), {4}, {"gpu": {"x"}, "nic": set()}), {}),
-        ((), {"reusable_devices": {"gpu": ["x"]}}),
-    ])
-
-
-def test_container_request_writes_the_init_frozen_would():
-    check_written_out_init(ContainerRequest, [
-        (("a",), {}),
-        (("a", "init", 1000, 2000, 1 << 20, 1 << 21, {2048: 1 << 21}, {2048: 1 << 21},
-          {"gpu": 1}, {"gpu": [0]}, "3"), {}),
-        (("b",), {"kind": ContainerKind.SIDECAR, "isolated_cpus": None}),
-    ])
 
 
 class _Millicores(enum.IntEnum):

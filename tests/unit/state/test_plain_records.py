@@ -1,7 +1,7 @@
 """records_from_dict reads pod and container records in their plain form in one pass
 (``_plain_pod``, ``_plain_container``): it must accept, make and refuse exactly what the
 field-by-field readers (``PodRecord.from_dict``, ``ContainerRecord.from_dict``) do, with the
-same one-line errors. PodRecord and ContainerRecord write their own __init__."""
+same one-line errors."""
 
 from __future__ import annotations
 
@@ -9,11 +9,10 @@ import json
 
 import pytest
 
-from nri_numa.engine.request import ContainerKind, ContainerRequest
+from nri_numa.engine.request import ContainerRequest
 from nri_numa.state import plugin_records
 from nri_numa.state.plugin_records import (ContainerRecord, PodRecord, records_from_dict,
                                            records_to_dict)
-from tests.unit.written_out_init import check_written_out_init
 from tests.unit.odd_fields import GONE, change
 
 STRINGS = ["a", "", None, 3, True, ["a"], {}, GONE]
@@ -134,23 +133,7 @@ def test_containers_on_one_pool_share_its_parsed_cpus():
     assert containers["c2"].cpus is containers["c3"].cpus  # the pool's text parsed once
 
 
-def test_pod_record_writes_the_init_frozen_would():
-    check_written_out_init(PodRecord, [
-        (("sb", "uid", "ns", "name"), {}),
-        (("sb", "uid", "ns", "name", "/k", {"a": "b"}), {}),
-        ((), {"sandbox_id": "sb", "uid": "u", "namespace": "n", "name": "x",
-              "annotations": {"k": "v"}}),
-    ])
+def test_a_pod_records_annotations_are_read_only():
     record = PodRecord("sb", "uid", "ns", "name", annotations={"a": "b"})
     with pytest.raises(TypeError):
         record.annotations["a"] = "c"  # read-only, as __post_init__ makes it
-
-
-def test_container_record_writes_the_init_frozen_would():
-    request = ContainerRequest("app", kind=ContainerKind.INIT)
-    check_written_out_init(ContainerRecord, [
-        (("c", "sb", "uid", request, frozenset({1}), True), {}),
-        (("c", "sb", "uid", request, frozenset({1}), False, frozenset({0}), False), {}),
-        ((), {"id": "c", "sandbox_id": "sb", "pod_uid": "u", "request": request,
-              "cpus": frozenset(), "exclusive": False, "in_ledger": False}),
-    ])

@@ -4,15 +4,12 @@ its maps in one pass over the CPUs, the same maps as grouping them one relation 
 
 from __future__ import annotations
 
-import inspect
 import random
-from dataclasses import FrozenInstanceError
 
 import pytest
 
 from nri_numa.engine.cpu import CPUTopologyError, cpu_topology
 from nri_numa.engine.cpu.topology import CPUInfo, CPUTopology, _records
-from nri_numa.frozen import fields
 from nri_numa.topology.model import Topology
 from nri_numa.topology.parts import Cpu, NumaNode
 from nri_numa.topology.synthetic.presets import PRESETS, preset_topology
@@ -95,13 +92,3 @@ def test_the_maps_are_those_of_grouping_each_relation():
                 grouped.setdefault(getattr(c, key), set()).add(getattr(c, member))
             expected = {k: tuple(sorted(v)) for k, v in sorted(grouped.items())}
             assert list(getattr(topo, name).items()) == list(expected.items()), name
-
-
-def test_cpu_info_written_out_init_takes_the_fields_as_frozen_would():
-    parameters = list(inspect.signature(CPUInfo.__init__).parameters)[1:]
-    assert parameters == [f.name for f in fields(CPUInfo)]
-    info = CPUInfo(1, 2, 3, 4, 5)
-    assert (info.cpu, info.core, info.socket, info.numa, info.uncore) == (1, 2, 3, 4, 5)
-    assert info == CPUInfo(cpu=1, core=2, socket=3, numa=4, uncore=5)
-    with pytest.raises(FrozenInstanceError):
-        info.cpu = 0
