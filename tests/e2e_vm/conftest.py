@@ -26,6 +26,7 @@ RUNNING_GUEST_ENV = "NRI_NUMA_VM_DIR"
 E2E_REQUIRED_ENV = "NRI_NUMA_E2E_REQUIRED"
 GUEST_PODS_TIMEOUT_S = 900
 CONTAINERD_VERSIONS = ("1.7.24", "2.1.9")
+_TIMES: list[str] = []  # printed at the end of the run
 
 
 @dataclass
@@ -43,7 +44,8 @@ class Guest:
 
 @pytest.fixture(scope="session")
 def vm_layout() -> Layout:
-    given = os.environ.get(LAYOUT_ENV, str(DEFAULT_LAYOUT))
+    running = os.environ.get(RUNNING_GUEST_ENV)
+    given = str(Path(running) / "layout.json") if running else os.environ.get(LAYOUT_ENV, str(DEFAULT_LAYOUT))
     try:
         return load_layout(given)
     except LayoutError as exc:
@@ -68,7 +70,7 @@ def guest(vm_layout: Layout, tmp_path_factory: pytest.TempPathFactory) -> Iterat
         if vm.pid() is None:
             raise pytest.UsageError(f"{RUNNING_GUEST_ENV}={running}: no guest runs there")
         refresh_sources(vm)
-        yield Guest(vm, load_layout(vm / "layout.json"), float(vm.ready.read_text()))
+        yield Guest(vm, vm_layout, float(vm.ready.read_text()))
         return
     vm = VmDir(tmp_path_factory.mktemp("numa-vm"))
     layout_file = os.environ.get(LAYOUT_ENV, str(DEFAULT_LAYOUT))
@@ -92,6 +94,9 @@ def pods_run(request: pytest.FixtureRequest, guest: Guest) -> dict:
     if done.returncode != 0:
         pytest.fail(f"guest_pods on containerd {request.param} failed ({done.returncode}): {done.stderr[-3000:]}")
     answer = json.loads(done.stdout)
+    (guest.vm / f"guest-pods-{request.param}.json").write_text(done.stdout)
+    _TIMES.append(f"boot (numa-vm up) {guest.boot_s:.1f} s" if not _TIMES else "")
+    _TIMES.append(summary(request.param, answer))
     assert "error" not in answer, f"containerd {request.param}: {answer['error']}\n{answer['containerd_log_tail']}"
     return answer
 
@@ -110,3 +115,24 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]):  
     if report.failed and isinstance(running, Guest):
         report.sections.append((f"guest console ({running.vm.console})", console_tail(running.vm, 40)))
 
+
+
+def summary(version: str, answer: dict) -> str:
+    """One line of figures of a guest_pods run: containerd's start, each scenario, the drift
+    repairs and the agent's restart (guest seconds; the guest's clock runs slow under load)."""
+    parts = [f"containerd {version}: start {answer.get('containerd_start_s')} s"]
+    for name, got in answer.get("scenarios", {}).items():
+        parts.append(f"{name} {got.get('seconds')} s")
+        for pod_name, drift in got.get("drift", {}).items():
+            parts.append(f"drift {pod_name} repaired in {drift.get('repaired_after_s')} s")
+        if "restart" in got:
+            parts.append(f"restart: connected {got['restart']['connect_s']} s, "
+                         f"synchronized {got['restart']['synchronized_s']} s")
+    return "; ".join(parts)
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    if _TIMES:
+        terminalreporter.section("numa-vm figures")
+        for line in filter(None, _TIMES):
+            terminalreporter.write_line(line)

@@ -48,14 +48,23 @@ def cpu_pods(layout: Layout) -> list[dict[str, object]]:
     count that is not a multiple of the threads per core, and more CPUs than any node has."""
     t = threads(layout)
     largest = max(len(n.cpus) for n in cpu_nodes(layout))
-    pods: list[dict[str, object]] = [{"name": "besteffort", "besteffort": True},
-                                     {"name": "whole-node", "cpu_m": len(whole_node(layout).cpus) * 1000},
-                                     {"name": "one-core", "cpu_m": t * 1000}]
+    # The refusals come first, while every node has free CPUs: with none free the kubelet's
+    # topology manager refuses any request before the CPU manager checks SMT alignment.
+    pods: list[dict[str, object]] = [{"name": "besteffort", "besteffort": True}]
     if t > 1:
         pods.append({"name": "not-whole-cores", "cpu_m": (t + 1) * 1000})
     if len(cpu_nodes(layout)) > 1:
         pods.append({"name": "wider-than-a-node", "cpu_m": (largest + t) * 1000})
+    pods += [{"name": "whole-node", "cpu_m": len(whole_node(layout).cpus) * 1000},
+             {"name": "one-core", "cpu_m": t * 1000}]
     return pods
+
+
+def cores_left(layout: Layout) -> int:
+    """Whole cores no cpu scenario pod nor the reservation takes (nodes of one core size)."""
+    every_cpu = sum(len(n.cpus) for n in cpu_nodes(layout))
+    taken = len(reserved_cpus(layout)) + len(whole_node(layout).cpus) + threads(layout)
+    return (every_cpu - taken) // threads(layout)
 
 
 def memory_pods(layout: Layout) -> list[dict[str, object]]:
@@ -77,7 +86,8 @@ def plan(layout: Layout, containerd: str) -> dict[str, object]:
     # kills the agent and starts it again on its state (restart), then runs one more pod.
     cpu = {"name": "cpu", "config": {**base_config(layout), "cpuManagerReconcilePeriod": f"{RECONCILE_PERIOD_S}s"},
            "pods": cpu_pods(layout), "drift": ["one-core", "besteffort"], "restart": True,
-           "pods_after_restart": [{"name": "after-restart", "cpu_m": threads(layout) * 1000}]}
+           "pods_after_restart": [{"name": "after-restart", "cpu_m": threads(layout) * 1000}]
+           if cores_left(layout) else []}
     scenarios = [cpu,
                  {"name": "memory", "config": memory_config(layout), "pods": memory_pods(layout)}]
     if any(n.hugepages_2m * 2 >= HUGEPAGES_MIB for n in layout.nodes):

@@ -56,7 +56,7 @@ class Node:
     def siblings(self) -> list[tuple[int, ...]]:
         """The CPUs of each core, core by core."""
         t = self.threads_per_core
-        return [self.cpus[i:i + t] for i in range(0, len(self.cpus), t)]
+        return [self.cpus[i:i + t] for i in range(0, len(self.cpus), t)] if self.cpus else []
 
 
 @dataclass(frozen=True)

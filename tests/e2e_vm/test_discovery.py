@@ -74,8 +74,14 @@ def test_pci_devices_are_on_their_nodes(topology: dict, vm_layout: Layout) -> No
         sum(1 for d in vm_layout.pci if d.kind == "nic")
 
 
-def test_lstopo_sees_the_same_machine(topology: dict, hwloc: HwlocView) -> None:
-    assert hwloc.nodes == nodes_seen(topology)
+def test_lstopo_sees_the_same_machine(topology: dict, hwloc: HwlocView, vm_layout: Layout) -> None:
+    with_cpus = {node: cpus for node, cpus in nodes_seen(topology).items() if cpus}
+    assert {node: cpus for node, cpus in hwloc.nodes.items() if node in with_cpus} == with_cpus
+    # A memory-only node has no CPUs of its own; hwloc hangs it, with their CPUs, under the
+    # nearest node that has some.
+    for node in set(hwloc.nodes) - set(with_cpus):
+        nearest = min(with_cpus, key=lambda other: vm_layout.distance(node, other))
+        assert hwloc.nodes[node] == with_cpus[nearest], f"memory-only node {node}"
     cores: dict[tuple[int, int], set[int]] = defaultdict(set)
     for cpu in topology["cpus"]:
         cores[(cpu["socket"], cpu["core"])].add(cpu["id"])
