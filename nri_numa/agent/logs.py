@@ -113,24 +113,30 @@ def configure(level: str = "info", fmt: str = "text", file: Path | None = None) 
         logging.getLogger(__name__).warning("%s; logging to standard error", refused)
 
 
-def open_log_file(path: Path, *, create_folder: bool = False,
-                  rotate_past: int | None = None) -> logging.Handler:
+def open_log_file(path: Path, *, create_folder: bool = False, rotate_past: int | None = None,
+                  quiet: bool = False) -> logging.Handler:
     """A handler appending to ``path``, opened as nri_numa.safeio.log_files opens it (the
     errors it raises, and with the same options). ``rotate_past``: also while it writes, a
     line that takes the file past that many bytes moves it to ``<name>.1``, and the next line
-    goes to a new file at ``path``."""
+    goes to a new file at ``path``. ``quiet``: a line the file cannot take (a full disk) is
+    dropped without a word, where logging would report it on standard error (a hook's
+    standard error is its answer to the runtime)."""
     fd = open_log_descriptor(path, create_folder=create_folder, rotate_past=rotate_past)
-    return _OwnFileHandler(fd, path, rotate_past)
+    return _OwnFileHandler(fd, path, rotate_past, quiet)
 
 
 class _OwnFileHandler(logging.StreamHandler):
     """A StreamHandler on a descriptor opened here, closed with the handler (FileHandler
     opens by name, following whatever the name points to)."""
 
-    def __init__(self, fd: int, path: Path | None = None,
-                 rotate_past: int | None = None) -> None:
+    def __init__(self, fd: int, path: Path | None = None, rotate_past: int | None = None,
+                 quiet: bool = False) -> None:
         super().__init__(open_log_stream(fd))
-        self._path, self._rotate_past = path, rotate_past
+        self._path, self._rotate_past, self._quiet = path, rotate_past, quiet
+
+    def handleError(self, record: logging.LogRecord) -> None:
+        if not self._quiet:
+            super().handleError(record)
 
     def emit(self, record: logging.LogRecord) -> None:
         super().emit(record)  # called with the handler's lock held (Handler.handle)
@@ -158,6 +164,9 @@ class _OwnFileHandler(logging.StreamHandler):
         self.acquire()
         try:
             self.stream.close()
+        except OSError:  # the last lines could not be written
+            if not self._quiet:
+                raise
         finally:
             self.release()
         super().close()

@@ -76,7 +76,7 @@ def log_stamp() -> str:
 
 
 def log_line(path: str, stage: str, line: str, level: str = "ERROR") -> None:
-    """Append one line to the hook log in the format nri_numa.hook.log_file writes;
+    """Append one line to the hook log in its format (nri_numa.hook.entry.LOG_FORMAT);
     a log that cannot be written is skipped (stderr still has the line)."""
     text = f"{log_stamp()} {level} hook[{os.getpid()}] {stage}: {line}\n".encode("utf-8", "replace")
     try:

@@ -13,19 +13,18 @@ with the machine kept loaded. Either way the timeout counts from when the hook p
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import _signal  # as nri_numa.hook.deadline does
 import json
+import logging
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
-from nri_numa.deferred_log import get_logger, route_to, unroute
+from nri_numa.agent.logs import OneLineFormatter, open_log_file
 from nri_numa.hook.cgroup import DEFAULT_CGROUP_ROOT, DEFAULT_PROC, CgroupFs
-from nri_numa.hook.log_file import HookLog, open_hook_log
 from nri_numa.hook.oci import HookInputError, parse_spec, parse_state, read_input, read_spec
 from nri_numa.safeio.bounds import LINE_LIMIT, one_line, quote
 from nri_numa.safeio.log_files import LogFileRefused, LogSetupError
@@ -36,6 +35,10 @@ DEFAULT_STATE_DIR = Path("/run/nri-numa")
 DEFAULT_TIMEOUT_S = 4.0
 MAX_TIMEOUT_S = 86400.0  # a day: far above any runtime's hook timeout
 LOG_NAME = "hook.log"
+LOG_KEEP_BYTES = 1 << 20  # then the log moves to hook.log.1 (one old file is kept)
+# One line per event, escaped as the agent's text log is (OneLineFormatter): a newline or a
+# control character in a logged value can neither start a forged line nor fail the write.
+LOG_FORMAT = "%(asctime)s %(levelname)s hook[%(process)d] %(message)s"
 _LOCK_MARGIN_S = 0.5  # left, after waiting for the lock, for the transaction itself
 # A ledger set aside (damaged, or not this machine's): nothing else knows what the hook placed.
 REBUILT = ("the hook starts from an empty ledger, so the CPUs of containers it placed before "
@@ -48,7 +51,7 @@ if TYPE_CHECKING:
     # How a run gets its machine: the hook process loads it, the daemon keeps it loaded.
     MachineSource = Callable[["HookOptions"], Machine]
 
-log = get_logger("nri_numa.hook")
+log = logging.getLogger("nri_numa.hook")
 
 
 class HookTimeout(Exception):
@@ -86,8 +89,7 @@ def run(options: HookOptions, stdin: IO[bytes], stdout: IO[str], stderr: IO[str]
     burst's doing (loading the engine, the state lock), what helps. ``memory``: what the hook
     daemon keeps between runs (nri_numa.hook.memory)."""
     started = time.monotonic() if started is None else started
-    hook_log = _open_log(options, stderr)
-    route_to(hook_log)
+    handler = _log_to_file(options, stderr)
     left = options.timeout - (time.monotonic() - started)
     phase = _Phase()
     try:
@@ -112,8 +114,9 @@ def run(options: HookOptions, stdin: IO[bytes], stdout: IO[str], stderr: IO[str]
         log.info("%s: %s (%.0f ms)", options.stage, done, (time.monotonic() - started) * 1000)
         return 0
     finally:
-        unroute(hook_log)
-        hook_log.close()
+        package = logging.getLogger("nri_numa")
+        package.removeHandler(handler)
+        handler.close()
 
 
 def load_machine(options: HookOptions) -> Machine:
@@ -222,18 +225,28 @@ def _deadline(seconds: float) -> Iterator[None]:
         _signal.signal(_signal.SIGALRM, previous)
 
 
-def _open_log(options: HookOptions, stderr: IO[str] | None = None) -> HookLog:
-    """The hook log (nri_numa.hook.log_file), where the run's lines and those
-    of the state layer go (nri_numa.deferred_log). A log that cannot be opened must not stop
-    the hook, whose stderr still carries every failure: its lines are dropped. A log or folder
-    that is a symlink, or a log that is not a file, is never written through nor waited on
-    (nri_numa.safeio.log_files): one warning line on stderr says so."""
+def _log_to_file(options: HookOptions, stderr: IO[str] | None = None) -> logging.Handler:
+    """A handler on the package's logger, so that the run's lines and those of the state layer
+    at INFO and above go to the hook log (``--log-file``, default <state-dir>/hook.log; mode
+    0600, moved to hook.log.1 past LOG_KEEP_BYTES), in LOG_FORMAT. A log that cannot be opened
+    or written must not stop the hook, whose stderr still carries every failure: its lines are
+    dropped. A
+    log or folder that is a symlink, or a log that is not a file, is never written through nor
+    waited on (nri_numa.safeio.log_files): one warning line on stderr says so."""
     try:
-        return open_hook_log(options.log_file or options.state_dir / LOG_NAME)
+        handler = open_log_file(options.log_file or options.state_dir / LOG_NAME,
+                                create_folder=True, rotate_past=LOG_KEEP_BYTES, quiet=True)
     except LogFileRefused as e:
         # A state folder that is a link fails the run itself, with that reason: one line.
         if stderr is not None and not (e.folder and options.log_file is None):
             print(f"nri-numa hook {options.stage}: warning: {e}", file=stderr, flush=True)
+        handler = logging.NullHandler()
     except LogSetupError:
-        pass
-    return HookLog(None)
+        # Not none at all: logging's last resort would then print each line to stderr too,
+        # beside the one line the run fails with.
+        handler = logging.NullHandler()
+    handler.setFormatter(OneLineFormatter(LOG_FORMAT))
+    package = logging.getLogger("nri_numa")
+    package.addHandler(handler)
+    package.setLevel(logging.INFO)
+    return handler

@@ -15,11 +15,11 @@ for the createRuntime hook to claim it, and is dropped after ``PENDING_GRACE_S``
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
-from nri_numa.deferred_log import get_logger
 from nri_numa.engine.context import EngineContext
 from nri_numa.engine.decision import Placement
 from nri_numa.engine.request import ContainerRequest, RequestError
@@ -31,7 +31,7 @@ from nri_numa.state.ledger import Ledger, LedgerError
 from nri_numa.state.plugin_records import (ContainerRecord, PodRecord, RecordError,
                                            records_from_dict, records_to_dict)
 
-log = get_logger("nri_numa.hook")
+log = logging.getLogger("nri_numa.hook")
 
 if TYPE_CHECKING:
     from nri_numa.runtime.device_locator import DeviceLocator

@@ -17,6 +17,7 @@ the ledger it saved, unless the checkpoint changed since, and the cgroups it fou
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -24,7 +25,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from nri_numa.deferred_log import get_logger
 from nri_numa.engine.annotations import AnnotationError
 from nri_numa.hook.cgroup import (CgroupError, CgroupFs, ContainerCgroup, ProcessGone, locate,
                                   write_cpuset)
@@ -42,7 +42,7 @@ from nri_numa.topology.cpulist import format_list
 if TYPE_CHECKING:
     from nri_numa.hook.memory import DaemonMemory
 
-log = get_logger("nri_numa.hook")
+log = logging.getLogger("nri_numa.hook")
 
 
 class HookError(Exception):

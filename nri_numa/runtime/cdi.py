@@ -14,6 +14,7 @@ CDI name when the runtime is to inject it (docs/devices.md, "CDI").
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import stat
@@ -23,13 +24,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from nri_numa.deferred_log import get_logger
 from nri_numa.runtime.cdi_names import CdiName, CdiNameError, parse_kind, parse_name
 from nri_numa.runtime.container import DeviceNode, RuntimeInputError
 from nri_numa.safeio.bounds import quote
 from nri_numa.safeio.documents import DocumentError, NotParsedError, load_json, load_yaml
 
-log = get_logger(__name__)
+log = logging.getLogger(__name__)
 
 DEFAULT_SPEC_DIRS = ("/etc/cdi", "/var/run/cdi")
 SPEC_SUFFIXES = (".json", ".yaml")

@@ -11,6 +11,7 @@ index (``nvidia.com/gpu``), else the nodes the spec files give that name, follow
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 from collections.abc import Mapping
@@ -18,7 +19,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from nri_numa.deferred_log import get_logger
 from nri_numa.engine.context import GPU_RESOURCE
 from nri_numa.runtime.container import DeviceNode, RuntimeContainer
 from nri_numa.runtime.device_markers import (CDI_ANNOTATION_PREFIX, NVIDIA_MAJOR,
@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from nri_numa.engine.devices import Resource
     from nri_numa.runtime.cdi import CdiRegistry
 
-log = get_logger(__name__)
+log = logging.getLogger(__name__)
 
 _NVIDIA_NODE = r"/dev/nvidia(\d+)"  # compiled (and kept) by re at the first NVIDIA device
 

@@ -1,7 +1,7 @@
 """Opening a log file the way the state is opened (nri_numa.safeio.safe_files): its folder and
-the file without following a symlink, never waiting on a FIFO, mode 0600 when made. Here without
-``logging``, which the hook's log does not need (nri_numa.hook.log_file); the agent's and the
-hook daemon's logging handlers sit on the descriptor this gives (nri_numa.agent.logs)."""
+the file without following a symlink, never waiting on a FIFO, mode 0600 when made. The logging
+handlers of the agent, the hook daemon and each hook run sit on the descriptor this gives
+(nri_numa.agent.logs.open_log_file)."""
 
 from __future__ import annotations
 

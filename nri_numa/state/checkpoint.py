@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import _thread  # threading.get_ident without the threading module (~1.5 ms of a hook run)
 import fcntl
+import logging
 import os
 import stat
 import time
@@ -42,7 +43,6 @@ except ImportError:
     except ImportError:  # an interpreter built without them
         _builtin_sha256 = None
 
-from nri_numa.deferred_log import get_logger
 from nri_numa.safeio import safe_files
 from nri_numa.safeio.bounded_json import JsonShapeError, loads
 from nri_numa.safeio.safe_files import NotAFile, UnusableFile
@@ -50,7 +50,7 @@ from nri_numa.state.encoding import canonical, encode_payload
 from nri_numa.topology.cpulist import format_list
 from nri_numa.topology.model import Topology
 
-log = get_logger(__name__)
+log = logging.getLogger(__name__)
 
 FORMAT = "nri-numa-checkpoint"
 CHECKPOINT_VERSION = 1

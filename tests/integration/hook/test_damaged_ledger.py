@@ -109,6 +109,13 @@ def test_a_hook_log_that_is_not_a_file_is_not_written_and_the_run_goes_on(base, 
         assert victim.read_text() == VICTIM_TEXT
 
 
+def test_a_hook_log_that_cannot_take_a_line_costs_the_line_not_the_run(base, host, capsys):
+    code, err = create(base, host, log_file=Path("/dev/full"))  # every write: ENOSPC
+    assert (code, err) == (0, "")
+    assert len(host.cpus("/pods/c1")) == 2
+    assert capsys.readouterr().err == ""  # where logging reports a line it could not write
+
+
 def test_a_full_hook_log_is_rotated_without_following_a_planted_old_log(base, host):
     state = base / "state"
     state.mkdir()

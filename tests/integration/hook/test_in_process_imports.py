@@ -29,12 +29,10 @@ OTHER_COMMANDS = {"nri_numa.cli.main", "nri_numa.cli.run", "nri_numa.cli.explain
 
 FAST_CLIENT = REPO / "nri_numa" / "hook" / "fast_client.py"
 # What the checksum no longer needs: OpenSSL through hashlib; once the fast client found no
-# daemon, the socket module; logging and what it loads, the hook log being written without it;
-# signal's enums and threading, the deadline's timer being set through _signal; what pathlib
-# imports for Windows paths and URIs, deferred by the fast client
+# daemon, the socket module; signal's enums, the deadline's timer being set through _signal;
+# what pathlib imports for Windows paths and URIs, deferred by the fast client
 # (fast_forward.defer_path_extras).
-LEFT_BEHIND = {"hashlib", "_hashlib", "socket", "logging", "traceback", "textwrap", "string",
-               "signal", "threading", "ntpath", "urllib.parse", "ipaddress"}
+LEFT_BEHIND = {"hashlib", "_hashlib", "socket", "signal", "ntpath", "urllib.parse", "ipaddress"}
 # What the engine loads only on first use, none of which this container under single-numa-node
 # with the container scope needs: the other policies, the pod scope, resize, the device
 # choosers, the distributed CPU take; the kubelet's keys nri-numa ignores (the configuration
