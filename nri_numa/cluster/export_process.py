@@ -9,8 +9,11 @@ arrives (the agent already batches changes), after a failure with growing waits 
 to 4 s) until the server takes it, and every resync period, when it reads the object back and
 mends what others changed.
 
+With ``--node``, it also watches that node's pods and tells the agent their specs
+(nri_numa.cluster.pod_watch), for the whole pod at its first container.
+
     python -m nri_numa.cluster.export_process [--kubeconfig FILE] --resync SECONDS
-        --evict true|false --evict-after N --eviction-delay SECONDS
+        --evict true|false --evict-after N --eviction-delay SECONDS [--node NAME]
 """
 
 from __future__ import annotations
@@ -196,6 +199,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--evict", choices=("true", "false"), default="true")
     parser.add_argument("--evict-after", type=int, default=3)
     parser.add_argument("--eviction-delay", type=float, default=30.0)
+    parser.add_argument("--node", default="")
     args = parser.parse_args(argv)
     out_lock = threading.Lock()
 
@@ -225,6 +229,10 @@ def main(argv: list[str] | None = None) -> int:
     exporter = Exporter(KubernetesNrtApi(client), say, args.resync,
                         handlers=message_handlers(client, say, policy))
     say(exporter.status.to_message())
+    if args.node:
+        from nri_numa.cluster import pod_watch
+
+        pod_watch.started(client, args.node, say)
     exporter.serve(inbox)
     return 0
 

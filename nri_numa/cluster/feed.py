@@ -6,7 +6,8 @@ wakes, waits ``batch_s`` more so that a burst of containers becomes one object, 
 from the ledger's committed value (an immutable snapshot, off the handler's path) and writes one
 line to the process. A process that died is started again with growing waits, and gets the
 latest object first. What the process reports of the API server comes back as log lines and as
-``status``, which the metrics read.
+``status``, which the metrics read; what it tells of the node's pods (nri_numa.cluster.pod_watch)
+goes to ``on_pods``, on the thread that reads the process's reports.
 """
 
 from __future__ import annotations
@@ -32,19 +33,26 @@ STOP_WAIT_S = 3.0
 _LEVELS = {"info": logging.INFO, "warning": logging.WARNING, "error": logging.ERROR}
 
 
+POD_MESSAGES = frozenset({"pods", "pod", "pod-gone"})
+
+
 def export_command(kubeconfig: str | None, resync_s: float, evict: bool, evict_after: int,
-                   eviction_delay_s: float) -> list[str]:
+                   eviction_delay_s: float, node: str = "") -> list[str]:
+    """``node``: also watch that node's pods (nri_numa.cluster.pod_watch)."""
     argv = [sys.executable, "-m", "nri_numa.cluster.export_process", "--resync", str(resync_s),
             "--evict", "true" if evict else "false", "--evict-after", str(evict_after),
             "--eviction-delay", str(eviction_delay_s)]
-    return argv + (["--kubeconfig", kubeconfig] if kubeconfig else [])
+    return (argv + (["--kubeconfig", kubeconfig] if kubeconfig else [])
+            + (["--node", node] if node else []))
 
 
 class ClusterFeed:
     def __init__(self, snapshot: Callable[[], dict[str, Any]], command: list[str], *,
                  batch_s: float = BATCH_S,
-                 start: Callable[[list[str]], subprocess.Popen] | None = None) -> None:
+                 start: Callable[[list[str]], subprocess.Popen] | None = None,
+                 on_pods: Callable[[dict[str, Any]], None] | None = None) -> None:
         self._snapshot = snapshot
+        self._on_pods = on_pods
         self._command = command
         self._batch_s = batch_s
         self._start = start or _start_process
@@ -159,6 +167,11 @@ class ClusterFeed:
             elif message["kind"] == "log":
                 level = _LEVELS.get(str(message.get("level")), logging.INFO)
                 log.log(level, "%s", str(message.get("message", ""))[:1000])
+            elif message["kind"] in POD_MESSAGES and self._on_pods is not None:
+                try:
+                    self._on_pods(message)
+                except Exception:  # the reports must go on being read
+                    log.exception("the export process's pod message could not be taken")
         self._wake.set()  # the process ended: the feed thread starts another
 
     def _end_process(self) -> None:

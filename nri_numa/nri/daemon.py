@@ -42,6 +42,7 @@ from nri_numa.nri.pb import api_pb2 as api
 from nri_numa.nri.plugin import NumaPlugin
 from nri_numa.nri.session import NriSession, SessionClosed
 from nri_numa.nri.wire.ttrpc_message import TtrpcError
+from nri_numa.nri.whole_pod import PodSpecs
 from nri_numa.podresources import DEFAULT_SOCKET as DEFAULT_POD_RESOURCES_SOCKET
 from nri_numa.podresources.source import hint_source
 from nri_numa.runtime import DeviceGranter, DeviceLocator
@@ -341,6 +342,8 @@ def _run(options: DaemonOptions, environ: dict[str, str], signals: StopSignals) 
                                  degraded=lambda: plugin.degraded_count)
                    if options.metrics_address is not None else NO_METRICS)
         cdi = CdiRegistry(options.cdi_spec_dirs)  # CDI names: hints, and GPUs given by name
+        # With a Kubernetes client, the node's pods from the API server (nri_numa.nri.whole_pod).
+        pod_specs = PodSpecs() if plan is not None else None
         try:
             plugin = NumaPlugin(topology, config, store, send_updates=sender.submit,
                                 metrics=metrics,
@@ -352,7 +355,8 @@ def _run(options: DaemonOptions, environ: dict[str, str], signals: StopSignals) 
                                 on_change=lambda: feed.changed() if feed is not None else None,
                                 on_refusal=refused if plan is not None else None,
                                 on_degraded=degraded if plan is not None else None,
-                                kubelet_state=_kubelet_state(options.kubelet_state_dir))
+                                kubelet_state=_kubelet_state(options.kubelet_state_dir),
+                                pod_specs=pod_specs)
         except (ConfigError, CheckpointError) as e:
             raise DaemonError(str(e)) from None
         # What start-up built (modules, the machine, the restored state) lives as long as the
@@ -361,7 +365,7 @@ def _run(options: DaemonOptions, environ: dict[str, str], signals: StopSignals) 
         # (nri_numa.nri.persistence). Objects freed later are still freed by their refcount.
         gc.freeze()
         if plan is not None:
-            feed = _start_export(plan, plugin, metrics)
+            feed = _start_export(plan, plugin, metrics, pod_specs)
         drift = DriftRepair(plugin.reconcile, sender.submit, sender.connected,
                             lambda: plugin.reconcile_period)
         drift.start()
@@ -455,15 +459,18 @@ def _export_plan(options: DaemonOptions, environ: dict[str, str]) -> ExportPlan 
         raise DaemonError(str(e)) from None
 
 
-def _start_export(plan: ExportPlan, plugin: NumaPlugin,
-                  metrics: PluginMetrics | NoMetrics) -> ClusterFeed:
-    """The export process, fed from the plugin's committed ledger (nri_numa.cluster.feed)."""
+def _start_export(plan: ExportPlan, plugin: NumaPlugin, metrics: PluginMetrics | NoMetrics,
+                  pod_specs: PodSpecs | None = None) -> ClusterFeed:
+    """The export process, fed from the plugin's committed ledger (nri_numa.cluster.feed);
+    with ``pod_specs``, it watches the node's pods and fills them (nri_numa.nri.whole_pod)."""
     from nri_numa.cluster.feed import ClusterFeed, ExportCollector, export_command
     from nri_numa.cluster.start import nrt_snapshot
 
     feed = ClusterFeed(nrt_snapshot(plugin.committed, plan.node_name),
                        export_command(plan.kubeconfig, plan.resync_s, plan.evict,
-                                      plan.evict_after, plan.eviction_delay_s))
+                                      plan.evict_after, plan.eviction_delay_s,
+                                      plan.node_name if pod_specs is not None else ""),
+                       on_pods=pod_specs.handle if pod_specs is not None else None)
     if isinstance(metrics, PluginMetrics):
         metrics.registry.register(ExportCollector(feed))
     feed.start()

@@ -29,22 +29,29 @@ def describe(pod: PodRecord, container: str) -> str:
 
 
 def placed(pod: PodRecord, policy: str, placement: Placement, container_id: str,
-           event: str = "placed") -> None:
+           event: str = "placed", pod_known_from: str | None = None) -> None:
     """``event``: "placed" for a new container, "adopted" for a running one taken over,
     "resized" after an in-place resize, "promoted" for a degraded one given its CPUs once room
-    appeared (nri_numa.nri.promotion)."""
+    appeared (nri_numa.nri.promotion). ``pod_known_from``: under pod scope, where the whole
+    pod was known from (nri_numa.nri.whole_pod: api, sandbox, seen)."""
     if not log.isEnabledFor(logging.INFO):
         return
     fields = decision_fields(event, pod_name(pod), pod.uid, container_id, policy, placement)
+    known = ""
+    if pod_known_from is not None:
+        from nri_numa.nri.whole_pod import SOURCE_WORDS
+
+        fields["pod_known_from"] = pod_known_from
+        known = f", pod known from {SOURCE_WORDS.get(pod_known_from, pod_known_from)}"
     hint = fields["hint"]
     devices = "; ".join(f"{name}={','.join(ids)}" for name, ids in fields["devices"].items())
-    log.info("%s %s: policy %s, hint NUMA %s%s, cpus %s (%s), mems %s%s", event,
+    log.info("%s %s: policy %s, hint NUMA %s%s, cpus %s (%s), mems %s%s%s", event,
              describe(pod, placement.container), policy,
              "any" if hint is None else format_list(hint),
              " (preferred)" if fields["preferred"] else "", fields["cpus"],
              "exclusive" if placement.exclusive else "shared",
              "unchanged" if fields["mems"] is None else fields["mems"],
-             f", devices {devices}" if devices else "", extra=fields)
+             f", devices {devices}" if devices else "", known, extra=fields)
 
 
 def stale_choice(pod: PodRecord, container: str, chosen: PreferredNuma) -> None:

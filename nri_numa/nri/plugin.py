@@ -27,8 +27,8 @@ from nri_numa.engine.config import ConfigError, EngineConfig
 from nri_numa.engine.context import EngineContext
 from nri_numa.engine.decision import Placement
 from nri_numa.engine.request import RequestError
-from nri_numa.nri import decision_log, promotion, resize, sync, translate
-from nri_numa.nri.container_requests import (KubeletHints, RequestReader, pod_as_known,
+from nri_numa.nri import decision_log, promotion, resize, sync, translate, whole_pod
+from nri_numa.nri.container_requests import (KubeletHints, RequestReader,
                                              with_requested_devices, with_scheduled_numa)
 from nri_numa.nri.decision_log import log
 from nri_numa.nri.pb import api_pb2 as api
@@ -37,7 +37,7 @@ from nri_numa.nri.records import Records
 from nri_numa.nri.session import PluginError
 from nri_numa.nri.start_check import Cpuset, StartCheck
 from nri_numa.runtime import (DeviceGranter, DeviceLocator, GrantError, RuntimeContainer,
-                              RuntimeInputError)
+                              RuntimeInputError, pod_identity)
 from nri_numa.safeio.bounds import clip
 from nri_numa.state.checkpoint import CheckpointError, CheckpointStore
 from nri_numa.state.kubelet_checkpoints import KubeletPlacements
@@ -69,6 +69,7 @@ class NumaPlugin:
                  on_refusal: OnRefusal | None = None,
                  kubelet_state: KubeletPlacements | None = None,
                  on_degraded: OnDegraded | None = None,
+                 pod_specs: PodSpecs | None = None,
                  ) -> None:
         self._topology = topology
         self._granter = granter or DeviceGranter(topology)  # devices → nodes, rules, env
@@ -86,6 +87,8 @@ class NumaPlugin:
         self._on_degraded = on_degraded or (lambda pod, container, text: None)
         self._warned: set[str] = set()
         self._metrics = metrics
+        # This node's pods from the API server (nri_numa.nri.whole_pod); None: not known.
+        self._pod_specs = pod_specs
         self._starts = StartCheck(cgroup_root)  # None: compare with the creation only
         # The kubelet's CPU and Memory Manager checkpoints, for the first Synchronize only: moving
         # a node from the kubelet's static policies keeps running containers where it put them.
@@ -153,8 +156,10 @@ class NumaPlugin:
     def create_container(self, req: api.CreateContainerRequest) -> api.CreateContainerResponse:
         with self._metrics.admission():
             container = self._translate(req.pod, req.container)
+            spec = self._pod_spec(container)  # outside the lock: it may wait for the watch
+            sandbox = whole_pod.sandbox_totals(req.pod)
             with self._lock, self._transaction():
-                placement = self._admit(container)
+                placement = self._admit(container, sandbox, spec)
                 adjust = self._adjustment(placement, container)
                 # The other shared containers' moves, already encoded: parsed in one call.
                 updates = self._records.shared_updates_wire(
@@ -284,13 +289,25 @@ class NumaPlugin:
             raise PluginError(f"nri-numa: cannot read container {clip(container.id)}: "
                               f"{e}") from None
 
-    def _admit(self, container: RuntimeContainer) -> Placement:
-        """Place ``container``; PluginError with the engine's reason when it does not fit."""
+    def _pod_spec(self, container: RuntimeContainer) -> whole_pod.PodSpec | None:
+        """The pod's spec from the API server, waiting a moment for a pod not seen before."""
+        if self._pod_specs is None:
+            return None
+        first = container.pod.id not in self._records.pods
+        return self._pod_specs.get(pod_identity(container.pod)[0],
+                                   whole_pod.SPEC_WAIT_S if first else 0.0)
+
+    def _admit(self, container: RuntimeContainer, sandbox: whole_pod.SandboxTotals | None = None,
+               spec: whole_pod.PodSpec | None = None) -> Placement:
+        """Place ``container``; PluginError with the engine's reason when it does not fit.
+        ``sandbox`` and ``spec``: what the sandbox and the API server tell of the whole pod."""
         records = self._records
         pod, request = self._reader.read(container, records)
         request = with_requested_devices(records.ledger.ctx, container, pod, request)
-        pod_req = with_scheduled_numa(records.ledger.ctx, pod, request.name,
-                                      pod_as_known(records, container, request))
+        whole, known_from = whole_pod.pod_for_admission(
+            container.pod, records.known_requests(container.pod.id, request.name), request,
+            sandbox, spec)
+        pod_req = with_scheduled_numa(records.ledger.ctx, pod, request.name, whole)
         try:
             result = records.ledger.admit(pod_req, [request.name])
         except (RequestError, ValueError) as e:
@@ -311,7 +328,8 @@ class NumaPlugin:
             raise PluginError(f"nri-numa: {text}")
         placement = result.decision.placements[0]
         records.remember(container.id, pod, request, placement)
-        decision_log.placed(pod, result.decision.policy, placement, container.id)
+        decision_log.placed(pod, result.decision.policy, placement, container.id,
+                            pod_known_from=known_from if result.decision.scope == "pod" else None)
         return placement
 
     def _resized(self, req: api.UpdateContainerRequest) -> RuntimeContainer:

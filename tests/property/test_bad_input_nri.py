@@ -63,13 +63,25 @@ def folder(tmp_path_factory) -> Path:
     return tmp_path_factory.mktemp("nri")
 
 
+# The sandbox's linux.pod_resources (the whole pod's CPU and memory, nri_numa.nri.whole_pod).
+SANDBOX_CHANGES = st.one_of(
+    st.tuples(st.just(lambda r, v: setattr(r.cpu.quota, "value", v)), INT64),
+    st.tuples(st.just(lambda r, v: setattr(r.cpu.shares, "value", v)), UINT64),
+    st.tuples(st.just(lambda r, v: setattr(r.cpu.period, "value", v)), UINT64),
+    st.tuples(st.just(lambda r, v: setattr(r.memory.limit, "value", v)), INT64),
+)
+
+
 @settings(max_examples=examples(50))
-@given(st.lists(CHANGES, max_size=3), ANNOTATIONS, st.integers(0, 3), st.data())
+@given(st.lists(CHANGES, max_size=3), ANNOTATIONS, st.integers(0, 3),
+       st.lists(SANDBOX_CHANGES, max_size=4), st.sampled_from(["container", "pod"]), st.data())
 def test_any_container_is_placed_or_refused_in_one_line(folder, changes, pod_annotations,
-                                                        cpus, data):
+                                                        cpus, sandbox_changes, scope, data):
     state = folder / f"state-{data.draw(st.integers(0, 10 ** 9))}"
-    plugin = new_plugin(state)
+    plugin = new_plugin(state, topologyManagerScope=scope)
     sandbox = msg.pod("p", annotations=pod_annotations)
+    for change, value in sandbox_changes:
+        change(sandbox.linux.pod_resources, value)
     container = msg.guaranteed(sandbox, "c", cpus) if cpus else msg.container(sandbox, "c")
     for change, value in changes:
         change(container, value)

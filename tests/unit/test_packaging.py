@@ -74,10 +74,13 @@ def test_the_pod_is_node_critical_and_its_account_may_do_what_the_export_does_an
     granted = {(group, resource, verb) for rule in docs["ClusterRole"]["rules"]
                for group in rule["apiGroups"] for resource in rule["resources"]
                for verb in rule["verbs"]}
-    # The export process's calls (nri_numa/cluster): nothing lists, watches or deletes.
+    # The export process's calls (nri_numa/cluster): only pods are listed and watched (the
+    # node's own, nri_numa/cluster/pod_watch.py); nothing is deleted.
     assert ("topology.node.k8s.io", "noderesourcetopologies", "update") in granted
     assert ("", "nodes", "get") in granted and ("", "pods/eviction", "create") in granted
-    assert not {verb for _, _, verb in granted} & {"list", "watch", "delete", "*"}
+    assert {("", "pods", "list"), ("", "pods", "watch")} <= granted
+    assert {(g, r) for g, r, verb in granted if verb in ("list", "watch")} == {("", "pods")}
+    assert not {verb for _, _, verb in granted} & {"delete", "*"}
     [node_name] = [e for e in the_container()["env"] if e["name"] == "NODE_NAME"]
     assert node_name["valueFrom"]["fieldRef"]["fieldPath"] == "spec.nodeName"
 
