@@ -152,9 +152,13 @@ class PodSpecs:
         if kind == "pods":
             specs = [s for s in map(self._read, message.get("pods") or []) if s is not None]
             with self._lock:
+                first = not self._synced
                 self._by_uid = {k: s for s in specs for k in _keys(s)}
                 self._synced = True
                 self._lock.notify_all()
+            if first:
+                log.info("this node's pods from the API server: %d listed; pod scope now counts "
+                         "the whole pod at its first container", len(specs))
         elif kind == "pod":
             spec = self._read(message.get("pod"))
             if spec is not None:

@@ -127,3 +127,11 @@ def test_the_spec_gives_kinds_and_keeps_the_runtimes_requests():
     assert pod.container("setup").kind is ContainerKind.INIT
     assert pod.container("setup").device_numa_hints == {"x/y": frozenset({1})}
     assert [c.name for c in pod.app_containers] == ["app"]
+
+
+def test_the_first_list_is_said_once(caplog):
+    specs = PodSpecs()
+    with caplog.at_level(logging.INFO):
+        specs.handle({"kind": "pods", "pods": [pod_json("a", "app")]})
+        specs.handle({"kind": "pods", "pods": []})
+    assert caplog.text.count("this node's pods from the API server: 1 listed") == 1
