@@ -344,11 +344,13 @@ def _run(options: DaemonOptions, environ: dict[str, str], signals: StopSignals) 
         cdi = CdiRegistry(options.cdi_spec_dirs)  # CDI names: hints, and GPUs given by name
         # With a Kubernetes client, the node's pods from the API server (nri_numa.nri.whole_pod).
         pod_specs = PodSpecs() if plan is not None else None
+        locator = DeviceLocator(topology, cdi=cdi)
         try:
             plugin = NumaPlugin(topology, config, store, send_updates=sender.submit,
                                 metrics=metrics,
-                                kubelet_hints=hint_source(options.pod_resources_socket, topology),
-                                locator=DeviceLocator(topology, cdi=cdi),
+                                kubelet_hints=hint_source(options.pod_resources_socket, topology,
+                                                          locator.cdi_numa_nodes),
+                                locator=locator,
                                 granter=DeviceGranter(topology, options.dev_root, cdi=cdi,
                                                       injection=options.device_injection),
                                 cgroup_root=CGROUP_ROOT,

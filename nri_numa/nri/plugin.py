@@ -27,7 +27,7 @@ from nri_numa.engine.config import ConfigError, EngineConfig
 from nri_numa.engine.context import EngineContext
 from nri_numa.engine.decision import Placement
 from nri_numa.engine.request import RequestError
-from nri_numa.nri import decision_log, promotion, resize, sync, translate, whole_pod
+from nri_numa.nri import decision_log, dra_cpu, promotion, resize, sync, translate, whole_pod
 from nri_numa.nri.container_requests import (KubeletHints, RequestReader,
                                              with_requested_devices, with_scheduled_numa)
 from nri_numa.nri.decision_log import log
@@ -156,6 +156,10 @@ class NumaPlugin:
     def create_container(self, req: api.CreateContainerRequest) -> api.CreateContainerResponse:
         with self._metrics.admission():
             container = self._translate(req.pod, req.container)
+            if claims := dra_cpu.cpu_claims(container.env):  # kubernetes-sigs/dra-driver-cpu's
+                _, namespace, name = pod_identity(container.pod)
+                dra_cpu.left_to_driver(f"{namespace}/{name}", container.name, claims)
+                return api.CreateContainerResponse()
             spec = self._pod_spec(container)  # outside the lock: it may wait for the watch
             sandbox = whole_pod.sandbox_totals(req.pod)
             with self._lock, self._transaction():

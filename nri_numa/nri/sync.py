@@ -25,7 +25,7 @@ from nri_numa.engine.memory import adopt as adopt_memory
 from nri_numa.engine.quantity import format_binary
 from nri_numa.engine.request import (ContainerRequest, PodRequest, QosClass, RequestError,
                                      guaranteed_cpus)
-from nri_numa.nri import decision_log, translate
+from nri_numa.nri import decision_log, dra_cpu, translate
 from nri_numa.nri.container_requests import RequestReader, pod_as_known
 from nri_numa.nri.decision_log import log
 from nri_numa.nri.pb import api_pb2 as api
@@ -52,7 +52,9 @@ def to_adopt(records: Records, reader: RequestReader,
     devices of the resources nri-numa hands out first, so that a container which shows none
     (created while the plugin was away) cannot be given one of theirs before they are seen;
     each group in the runtime's creation order."""
-    unknown = [c for c in live if c.id not in records.containers]
+    # A container a DRA CPU driver gave its CPUs is that driver's (nri_numa.nri.dra_cpu).
+    unknown = [c for c in live if c.id not in records.containers
+               and not dra_cpu.cpu_claims(c.env)]
     resources = records.ledger.ctx.devices
     if not resources:
         return unknown

@@ -12,6 +12,11 @@ A small YAML or JSON file::
                 ids: [GPU-6c1e0d1f-node1]
                 numa: [1]           # the device plugin's topology; leave out for none
             cpus: [4, 5]            # exclusive CPUs, as the CPU Manager reports them
+            claims:                 # DRA: ContainerResources.dynamic_resources
+              - name: gpu-claim       # the ResourceClaim (namespace: the pod's unless given)
+                devices:
+                  - {driver: gpu.example.com, pool: node-1, device: gpu-1,
+                     cdi: ["gpu.example.com/gpu=gpu-1"]}
     allocatable:                    # what GetAllocatableResources answers
       devices: [{resource: nvidia.com/gpu, ids: [GPU-6c1e0d1f-node1], numa: [1]}]
       cpus: [1, 2, 3, 4, 5, 6, 7]
@@ -104,14 +109,36 @@ def _pod(data: Any, where: str) -> pr.PodResources:
     containers = []
     for i, c in enumerate(_list(data.get("containers", []), f"{where}.containers")):
         cw = f"{where}.containers[{i}]"
-        c = _mapping(c, cw, {"name", "devices", "cpus"})
+        c = _mapping(c, cw, {"name", "devices", "cpus", "claims"})
         containers.append(pr.ContainerResources(
             name=_string(c.get("name"), f"{cw}.name"),
             devices=[_devices(d, f"{cw}.devices[{j}]")
                      for j, d in enumerate(_list(c.get("devices", []), f"{cw}.devices"))],
-            cpu_ids=_ints(c.get("cpus", []), f"{cw}.cpus")))
+            cpu_ids=_ints(c.get("cpus", []), f"{cw}.cpus"),
+            dynamic_resources=[
+                _claim(d, f"{cw}.claims[{j}]", data.get("namespace", "default"))
+                for j, d in enumerate(_list(c.get("claims", []), f"{cw}.claims"))]))
     return pr.PodResources(namespace=_string(data.get("namespace", "default"), f"{where}.namespace"),
                            name=_string(data.get("name"), f"{where}.name"), containers=containers)
+
+
+def _claim(data: Any, where: str, namespace: Any) -> pr.DynamicResource:
+    data = _mapping(data, where, {"name", "namespace", "devices"})
+    devices = []
+    for j, d in enumerate(_list(data.get("devices", []), f"{where}.devices")):
+        dw = f"{where}.devices[{j}]"
+        d = _mapping(d, dw, {"driver", "pool", "device", "cdi"})
+        cdi = _list(d.get("cdi", []), f"{dw}.cdi")
+        devices.append(pr.ClaimResource(
+            driver_name=_string(d.get("driver"), f"{dw}.driver"),
+            pool_name=_string(d.get("pool"), f"{dw}.pool"),
+            device_name=_string(d.get("device"), f"{dw}.device"),
+            cdi_devices=[pr.CDIDevice(name=_string(n, f"{dw}.cdi[{k}]"))
+                         for k, n in enumerate(cdi)]))
+    return pr.DynamicResource(
+        claim_name=_string(data.get("name"), f"{where}.name"),
+        claim_namespace=_string(data.get("namespace", namespace), f"{where}.namespace"),
+        claim_resources=devices)
 
 
 def _devices(data: Any, where: str) -> pr.ContainerDevices:

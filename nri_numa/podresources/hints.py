@@ -8,12 +8,17 @@ GPU UUIDs (NVIDIA's default ``DEVICE_ID_STRATEGY=uuid``, also with a time-slicin
 suffix ``::N``), PCI addresses (SR-IOV and AMD plugins), and for ``nvidia.com/gpu`` NVML
 indices (``DEVICE_ID_STRATEGY=index``). Nodes the machine does not have are dropped: a hint must
 never name a node the engine cannot place on.
+
+Devices of DRA claims (``ContainerResources.dynamic_resources``; DRA is GA since 1.34) carry no
+topology: each is found by its name in the ResourceSlice (``device_name``: a GPU UUID or PCI
+address, for drivers that name devices so), else by its CDI names, resolved through the node's
+CDI spec files (``cdi_nodes``: DeviceLocator.cdi_numa_nodes); the hint is keyed by the driver.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from nri_numa.engine.context import GPU_RESOURCE
 from nri_numa.podresources.pb import api_pb2 as pr
@@ -79,11 +84,22 @@ def pods_by_name(pods: Iterable[pr.PodResources]) -> dict[tuple[str, str], list[
     return index
 
 
-def container_hints(container: pr.ContainerResources,
-                    devices: DeviceNodes) -> dict[str, frozenset[int]]:
-    """Resource name → NUMA nodes of the devices the kubelet gave ``container``; resources whose
-    nodes are unknown are left out."""
+CdiNodes = Callable[[Iterable[str]], frozenset[int]]
+
+
+def container_hints(container: pr.ContainerResources, devices: DeviceNodes,
+                    cdi_nodes: CdiNodes | None = None) -> dict[str, frozenset[int]]:
+    """Resource name (a DRA claim's: its driver) → NUMA nodes of the devices the kubelet gave
+    ``container``; resources whose nodes are unknown are left out."""
     nodes: dict[str, set[int]] = {}
+    for claim in container.dynamic_resources:
+        for device in claim.claim_resources:
+            found = nodes.setdefault(device.driver_name or "dra", set())
+            node = devices.node_of(device.driver_name, device.device_name)
+            if node is not None:
+                found.add(node)
+            elif cdi_nodes is not None and device.cdi_devices:
+                found.update(cdi_nodes([d.name for d in device.cdi_devices]))
     for group in container.devices:
         if not group.resource_name:
             continue

@@ -21,7 +21,8 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
-from nri_numa.podresources.hints import DeviceNodes, container_hints, find_container, pods_by_name
+from nri_numa.podresources.hints import (CdiNodes, DeviceNodes, container_hints, find_container,
+                                         pods_by_name)
 from nri_numa.topology.model import Topology
 
 if TYPE_CHECKING:
@@ -39,7 +40,8 @@ WARM_UP_S = 0.5  # at start-up, how long to wait for the kubelet (before registe
 class KubeletDeviceHints:
     """A hint source: ``(namespace, pod, container) → {resource: frozenset(NUMA nodes)}``."""
 
-    def __init__(self, socket_path: str, topology: Topology, *, budget_s: float = BUDGET_S,
+    def __init__(self, socket_path: str, topology: Topology, *,
+                 cdi_nodes: CdiNodes | None = None, budget_s: float = BUDGET_S,
                  quiet_after_failure_s: float = QUIET_AFTER_FAILURE_S,
                  recheck_get_s: float = RECHECK_GET_S,
                  clock: Callable[[], float] = time.monotonic) -> None:
@@ -47,6 +49,7 @@ class KubeletDeviceHints:
             raise ValueError("PodResources socket path is empty")
         self.socket_path = socket_path
         self._devices = DeviceNodes(topology)
+        self._cdi_nodes = cdi_nodes  # a DRA claim's CDI names -> NUMA nodes
         self._budget_s = budget_s
         self._quiet_s = quiet_after_failure_s
         self._recheck_get_s = recheck_get_s
@@ -77,7 +80,7 @@ class KubeletDeviceHints:
         if entry is None:
             log.debug("kubelet lists no container %s in pod %s/%s", container, namespace, pod)
             return {}
-        hints = container_hints(entry, self._devices)
+        hints = container_hints(entry, self._devices, self._cdi_nodes)
         if hints:
             log.debug("kubelet devices of %s/%s %s: %s", namespace, pod, container,
                       {k: sorted(v) for k, v in hints.items()})
@@ -187,11 +190,13 @@ class _SharedList:
         self.pods: dict[tuple[str, str], list[pr.PodResources]] | None = None
 
 
-def hint_source(socket_path: str, topology: Topology) -> KubeletDeviceHints | None:
+def hint_source(socket_path: str, topology: Topology,
+                cdi_nodes: CdiNodes | None = None) -> KubeletDeviceHints | None:
     """The agent's hint source for ``--pod-resources-socket``; None when it is "" (off). A path
-    that does not exist yet costs one stat per container until the kubelet creates it."""
+    that does not exist yet costs one stat per container until the kubelet creates it.
+    ``cdi_nodes``: resolves a DRA claim's CDI names (DeviceLocator.cdi_numa_nodes)."""
     if not socket_path:
         return None
-    source = KubeletDeviceHints(socket_path, topology)
+    source = KubeletDeviceHints(socket_path, topology, cdi_nodes=cdi_nodes)
     source.warm_up()
     return source

@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -29,6 +29,7 @@ from nri_numa.topology.parts import Gpu
 if TYPE_CHECKING:
     from nri_numa.engine.devices import Resource
     from nri_numa.runtime.cdi import CdiRegistry
+    from nri_numa.runtime.cdi_names import CdiName
 
 log = logging.getLogger(__name__)
 
@@ -71,6 +72,25 @@ class DeviceLocator:
                 hints.setdefault(found.hint_key, set()).add(found.numa_node)
         return {name: frozenset(nodes) for name, nodes in hints.items()}
 
+    def cdi_numa_nodes(self, names: Iterable[str]) -> frozenset[int]:
+        """NUMA nodes of the devices fully-qualified CDI names stand for (a DRA claim's
+        devices, as the kubelet's PodResources reports them): GPUs named by UUID, else the
+        nodes the spec files give. Names that cannot be read or found give nothing."""
+        from nri_numa.runtime.cdi_names import CdiNameError, parse_name
+
+        parsed = []
+        for text in names:
+            try:
+                parsed.append(parse_name(text))
+            except CdiNameError as e:
+                self._report(f"CDI name from the kubelet: {e}; not used")
+        gpus, nodes = self._cdi_named(parsed)
+        found = {g.numa_node for g, _ in filter(None, gpus)}
+        for device in nodes:
+            gpu = self._nvidia_gpu(device)
+            found.add(gpu.numa_node if gpu is not None else self._pci_function(device).numa_node)
+        return frozenset(n for n in found if n is not None)
+
     def held_devices(self, container: RuntimeContainer,
                      resources: Mapping[str, Resource]) -> dict[str, frozenset[str]]:
         """Resource → ids of the container's devices that are devices of ``resources`` (GPUs
@@ -105,12 +125,17 @@ class DeviceLocator:
         the nodes the spec files give any other name."""
         if not any(key.startswith(CDI_ANNOTATION_PREFIX) for key in container.annotations):
             return [], []
-        from nri_numa.runtime.cdi import ALL_DEVICES, NVIDIA_GPU_KIND, device_node
         from nri_numa.runtime.cdi_names import annotation_names
 
         names, problems = annotation_names(container.annotations)
         for problem in problems:
             self._report(f"container {container.name or container.id}: {problem}; not used")
+        return self._cdi_named(names)
+
+    def _cdi_named(self, names: Iterable[CdiName]
+                   ) -> tuple[list[tuple[Gpu, bool] | None], list[DeviceNode]]:
+        from nri_numa.runtime.cdi import ALL_DEVICES, NVIDIA_GPU_KIND, device_node
+
         gpus: list[tuple[Gpu, bool] | None] = []
         nodes: list[DeviceNode] = []
         for name in names:

@@ -56,6 +56,9 @@ def test_json_and_an_empty_file_work(tmp_path: Path) -> None:
      "pods[0].containers[0].cpus: -1 is not a non-negative integer"),
     ({"pods": [{"name": "p", "containers": [{"name": "c", "devices": [
         {"resource": "r", "ids": [3]}]}]}]}, "devices[0].ids[0] must be a non-empty string"),
+    ({"pods": [{"name": "p", "containers": [{"name": "c", "claims": [
+        {"name": "g", "devices": [{"driver": "d", "pool": "p"}]}]}]}]},
+     "pods[0].containers[0].claims[0].devices[0].device must be a non-empty string"),
     ({"get": "maybe"}, "get must be one of enabled, disabled, unimplemented, not 'maybe'"),
     ({"delay": -1}, "delay must be a number of seconds >= 0"),
     ({"garbage": "yes"}, "garbage must be true or false"),
@@ -75,3 +78,16 @@ def test_a_bad_file_names_itself(tmp_path: Path) -> None:
         read_state_file(path)
     with pytest.raises(FakeStateError, match="missing.yaml"):
         read_state_file(tmp_path / "missing.yaml")
+
+
+def test_a_dra_claim_becomes_the_kubelets_dynamic_resources() -> None:
+    state = state_from_mapping({"pods": [{"name": "p", "namespace": "ns", "containers": [
+        {"name": "main", "claims": [{"name": "gpu-claim", "devices": [
+            {"driver": "gpu.example.com", "pool": "node-1", "device": "gpu-1",
+             "cdi": ["gpu.example.com/gpu=gpu-1"]}]}]}]}]})
+    [claim] = state.pod("ns", "p").containers[0].dynamic_resources
+    [device] = claim.claim_resources
+    assert (claim.claim_name, claim.claim_namespace) == ("gpu-claim", "ns")
+    assert (device.driver_name, device.pool_name, device.device_name,
+            [c.name for c in device.cdi_devices]) == (
+        "gpu.example.com", "node-1", "gpu-1", ["gpu.example.com/gpu=gpu-1"])

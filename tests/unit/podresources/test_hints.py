@@ -97,3 +97,26 @@ def test_the_container_is_found_by_namespace_pod_and_name() -> None:
     assert find_container(pods, "a", "p", "d") is None
     assert find_container(pods, "c", "p", "c") is None
 
+
+
+def claim(driver: str, device: str, *cdi: str) -> pr.DynamicResource:
+    return pr.DynamicResource(claim_name="c", claim_namespace="ns", claim_resources=[
+        pr.ClaimResource(driver_name=driver, pool_name="node-a", device_name=device,
+                         cdi_devices=[pr.CDIDevice(name=n) for n in cdi])])
+
+
+def test_a_dra_claims_device_is_found_by_its_name_else_by_its_cdi_names() -> None:
+    asked: list[list[str]] = []
+
+    def cdi_nodes(names):
+        asked.append(list(names))
+        return frozenset({1, 7})  # node 7 is not on this machine: dropped
+
+    container = pr.ContainerResources(name="main", dynamic_resources=[
+        claim("gpu.example.com", GPU0),
+        claim("nic.example.com", "vf-3", "nic.example.com/vf=vf-3")])
+    assert container_hints(container, DEVICES, cdi_nodes) == {
+        "gpu.example.com": frozenset({0}), "nic.example.com": frozenset({1})}
+    assert asked == [["nic.example.com/vf=vf-3"]]  # a device found by name is not looked up
+    # Without a resolver, a device named in no way the machine knows gives no hint.
+    assert container_hints(container, DEVICES) == {"gpu.example.com": frozenset({0})}
