@@ -11,11 +11,12 @@ client is all a hook process loads.
 
 from __future__ import annotations
 
+import importlib
 import sys
 from types import ModuleType
 from typing import Any
 
-__all__ = ["after_fast_client", "build_parser", "main"]
+__all__ = ["build_parser", "hook_process", "main"]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -28,22 +29,21 @@ def main(argv: list[str] | None = None) -> int:
     return code
 
 
-def after_fast_client(args: list[str]) -> None:
-    """``nri-numa hook ARGS`` in the fast client's process (nri_numa/hook/fast_forward.py) when
-    no daemon took the run: the stage in process (or a daemon started, ``--start-daemon``),
-    without looking for the daemon a second time."""
+def hook_process(args: list[str]) -> None:
+    """``nri-numa hook ARGS`` as the hook process itself, which it ends: the fast client's
+    (nri_numa/hook/fast_forward.py)."""
     given = ["hook", *args]
-    _exit_now(_without_cyclic_gc(_hook, given, given, True))
+    _exit_now(_without_cyclic_gc(_hook, given, given))
 
 
-def _hook(given: list[str], argv: list[str] | None, looked: bool = False) -> int:
+def _hook(given: list[str], argv: list[str] | None) -> int:
     # The guard keeps --timeout, counted from the process's start, over everything that follows,
     # running in process included (nri_numa.hook.deadline).
     from nri_numa.hook.client import guarded
     from nri_numa.hook.client import main as forward
 
     with guarded(given[1:]) as guard:
-        code = forward(given[1:], looked)
+        code = forward(given[1:])
         if code is not None:
             return code
         if guard is None:  # arguments argparse must judge (help, a bad option): every command's
@@ -95,8 +95,6 @@ _entry_point = main
 
 def _commands() -> ModuleType:
     """nri_numa.cli.main, with argparse and every command's module, loaded on first use."""
-    import importlib  # not at the top: a hook process never needs it
-
     module = importlib.import_module("nri_numa.cli.main")
     # Importing a submodule sets it as the package's attribute of that name: ``main`` here would
     # then be the module nri_numa.cli.main instead of this function.

@@ -94,6 +94,15 @@ def decode_reply(line: bytes) -> tuple[int, str, str]:
     return code, out, err
 
 
+def read_stdin(stdin: Any) -> bytes:
+    """Everything on stdin, up to MAX_LINE bytes (the daemon drops a longer request line);
+    ProtocolError past that."""
+    data = stdin.read(MAX_LINE + 1)
+    if len(data) > MAX_LINE:
+        raise ProtocolError(f"more than {MAX_LINE} bytes on stdin, which is no OCI state")
+    return data
+
+
 def read_line(conn: socket.socket) -> bytes:
     """One newline-terminated line; ProtocolError when the peer closes first."""
     chunks: list[bytes] = []
@@ -163,18 +172,16 @@ def guarded(args: list[str]) -> Iterator[deadline.Guard | None]:
 
 
 def forward(args: list[str], stdin: Any, stdout: Any, stderr: Any,
-            guard: deadline.Guard | None = None, looked: bool = False) -> int | None:
-    """Exit status of the run the daemon did; None when the caller must run the hook itself.
-    ``looked``: this process's fast client found no daemon a moment ago, so only
-    ``--start-daemon`` is worth a connection."""
+            guard: deadline.Guard | None = None) -> int | None:
+    """Exit status of the run the daemon did; None when the caller must run the hook itself."""
     parsed = parse_hook_args(args)
     if parsed is None:
         return None
     stage, options = parsed
     start_daemon = options.pop("start_daemon", False)
     timeout = hook_timeout(options)
-    if timeout is None or (looked and not start_daemon):
-        return None  # argparse words the error, or the hook runs here
+    if timeout is None:
+        return None  # argparse words the error
     started = time.monotonic() - deadline.process_age() if guard is None else guard.started
 
     def left() -> float:
@@ -200,7 +207,7 @@ def forward(args: list[str], stdin: Any, stdout: Any, stderr: Any,
         with conn:
             if guard is not None:
                 guard.phase = "reading the OCI state on stdin"
-            request = encode_request(stage, stdin.read(), options)
+            request = encode_request(stage, read_stdin(stdin), options)
             if guard is not None:
                 guard.phase, guard.hint = ("waiting for the hook daemon's answer",
                                            deadline.DAEMON_HINT)
@@ -242,6 +249,5 @@ def _fail(stderr: Any, stage: str, reason: str, guard: deadline.Guard | None = N
     return 1
 
 
-def main(args: list[str], looked: bool = False) -> int | None:
-    return forward(args, deadline.standard_input(), sys.stdout, sys.stderr, deadline.ACTIVE,
-                   looked)
+def main(args: list[str]) -> int | None:
+    return forward(args, deadline.standard_input(), sys.stdout, sys.stderr, deadline.ACTIVE)

@@ -18,8 +18,8 @@ Standard library only: every hook process imports this before anything else of n
 
 from __future__ import annotations
 
-import _signal  # signal's C core: the module wraps it in enums that cost each hook ~1 ms
 import os
+import signal
 import stat
 import sys
 import time
@@ -134,16 +134,16 @@ class Guard:
 
     def arm(self) -> None:
         try:
-            self._previous = _signal.signal(_signal.SIGALRM, self._expire)
+            self._previous = signal.signal(signal.SIGALRM, self._expire)
         except ValueError:  # not the main thread
             return
-        _signal.setitimer(_signal.ITIMER_REAL, max(self.left, 0.001))
+        signal.setitimer(signal.ITIMER_REAL, max(self.left, 0.001))
         self._armed = True
 
     def disarm(self) -> None:
         if self._armed:
-            _signal.setitimer(_signal.ITIMER_REAL, 0)
-            _signal.signal(_signal.SIGALRM, self._previous)
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, self._previous)
             self._armed = False
 
     def give_up(self) -> None:

@@ -13,9 +13,9 @@ with the machine kept loaded. Either way the timeout counts from when the hook p
 
 from __future__ import annotations
 
-import _signal  # as nri_numa.hook.deadline does
 import json
 import logging
+import signal
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -213,16 +213,16 @@ def _deadline(seconds: float) -> Iterator[None]:
         raise HookTimeout()
 
     try:
-        previous = _signal.signal(_signal.SIGALRM, expire)
+        previous = signal.signal(signal.SIGALRM, expire)
     except ValueError:  # not the main thread, which alone takes signals
         yield
         return
-    _signal.setitimer(_signal.ITIMER_REAL, seconds)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
     try:
         yield
     finally:
-        _signal.setitimer(_signal.ITIMER_REAL, 0)
-        _signal.signal(_signal.SIGALRM, previous)
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
 
 
 def _log_to_file(options: HookOptions, stderr: IO[str] | None = None) -> logging.Handler:

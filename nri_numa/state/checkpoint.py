@@ -25,23 +25,16 @@ remember across restarts besides the ledger), is defined in ``nri_numa.state.plu
 
 from __future__ import annotations
 
-import _thread  # threading.get_ident without the threading module (~1.5 ms of a hook run)
 import fcntl
+import hashlib
 import logging
 import os
 import stat
+import threading
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
-
-try:
-    from _sha2 import sha256 as _builtin_sha256  # Python 3.12 and later
-except ImportError:
-    try:
-        from _sha256 import sha256 as _builtin_sha256  # Python 3.11
-    except ImportError:  # an interpreter built without them
-        _builtin_sha256 = None
 
 from nri_numa.safeio import safe_files
 from nri_numa.safeio.bounded_json import JsonShapeError, loads
@@ -77,18 +70,8 @@ class LockBusy(CheckpointError):
     """Another process held the state folder's lock for the whole wait."""
 
 
-SMALL_HASH_BYTES = 64 << 10
-
-
 def sha256_hex(data: bytes) -> str:
-    """SHA-256 of ``data`` in hex. Small inputs (a hook's ledger, a machine's shape) go through
-    the interpreter's own implementation, as random.py takes its SHA-512: hashlib's loads
-    OpenSSL's libcrypto, ~4 ms of each hook process. Above 64 KiB OpenSSL's, ~7 times faster
-    per byte, is worth loading."""
-    if _builtin_sha256 is not None and len(data) <= SMALL_HASH_BYTES:
-        return _builtin_sha256(data).hexdigest()
-    import hashlib
-
+    """SHA-256 of ``data`` in hex."""
     return hashlib.sha256(data).hexdigest()
 
 
@@ -258,7 +241,7 @@ class CheckpointStore:
         # One temp name per process and thread, created afresh, instead of mkstemp's
         # random names and buffered file object: a third of a write on tmpfs, and the runtime
         # waits for it. Writers to one folder are one process at a time (the lock).
-        temp = f"{_TEMP_PREFIX}{os.getpid()}-{_thread.get_ident()}"
+        temp = f"{_TEMP_PREFIX}{os.getpid()}-{threading.get_ident()}"
         folder, fd = self._open_temp(temp)
         try:
             try:

@@ -6,6 +6,7 @@ hint to align to and whether the pod is admitted; ``merge`` is the shared HintMe
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Sequence
 from typing import Protocol
 
@@ -36,8 +37,6 @@ def policy_by_name(name: str) -> Policy:
         if where is None:
             raise MergeError(f"unknown policy: {go_quote(str(name))}")
         module, cls = where
-        # __import__ with a from-list gives the submodule itself, as importlib.import_module
-        # would, without loading importlib (and warnings) into every hook process.
-        loaded = __import__(f"{__name__}.{module}", fromlist=[cls])
+        loaded = importlib.import_module(f"{__name__}.{module}")
         policy = _LOADED[name] = getattr(loaded, cls)()
     return policy

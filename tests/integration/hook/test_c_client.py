@@ -1,7 +1,8 @@
 """The C client (nri-numa-hook-client) against the Python fast client it stands in for
-(nri_numa/hook/fast_forward.py), both run as real processes against a recording daemon of this
-test on a real unix socket: the request bytes, the reading of every answer (exit status,
-stdout, stderr, the one-line refusals of an odd answer), and the bounds on what they read."""
+(nri_numa/hook/fast_client.py, which runs nri_numa.hook.client), both run as real processes
+against a recording daemon of this test on a real unix socket: the request bytes, the reading
+of every answer (exit status, stdout, stderr, the one-line refusals of an odd answer), and the
+bounds on what they read."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from nri_numa.hook import c_client, fast_forward
+from nri_numa.hook import c_client, client, deadline
 
 REPO = Path(__file__).resolve().parents[3]
 PYTHON_CLIENT = [sys.executable, "-I", "-S", str(REPO / "nri_numa" / "hook" / "fast_client.py")]
@@ -188,13 +189,13 @@ def test_more_stdin_than_the_daemon_takes_is_one_line_before_anything_is_sent(tm
     daemon = RecordingDaemon(state)
     try:
         done = run([str(c_client_binary)], ["createRuntime", "--state-dir", str(state)],
-                   b"{" * (fast_forward.MAX_LINE + 1))
+                   b"{" * (client.MAX_LINE + 1))
     finally:
         daemon.close()
     assert done.returncode == 1
     assert done.stderr.decode() == (
         f"nri-numa hook createRuntime: the hook daemon at {state}/hook.sock failed before "
-        f"answering: more than {fast_forward.MAX_LINE} bytes on stdin, which is no OCI state\n")
+        f"answering: more than {client.MAX_LINE} bytes on stdin, which is no OCI state\n")
     assert daemon.requests in ([], [b""])  # connected, nothing sent
 
 
@@ -250,17 +251,18 @@ def test_a_socket_path_past_the_kernels_limit_is_one_line(tmp_path, c_client_bin
 
 def test_the_constants_are_the_python_clients():
     source = c_client.SOURCE.read_text()
-    for name in ("SOCKET_NAME", "LOG_NAME", "DEFAULT_STATE_DIR", "COUNTED"):
-        assert f'#define {name} {json.dumps(getattr(fast_forward, name))}' in source
-    assert f"#define DEFAULT_TIMEOUT_S {fast_forward.DEFAULT_TIMEOUT_S!r}" in source
-    assert f"#define MAX_TIMEOUT_S {fast_forward.MAX_TIMEOUT_S!r}" in source
-    assert fast_forward.MAX_LINE == 64 << 20 and "#define MAX_LINE (64L << 20)" in source
+    for name in ("SOCKET_NAME", "LOG_NAME", "DEFAULT_STATE_DIR"):
+        assert f'#define {name} {json.dumps(getattr(client, name))}' in source
+    assert f'#define COUNTED {json.dumps(deadline.COUNTED)}' in source
+    assert f"#define DEFAULT_TIMEOUT_S {client.DEFAULT_TIMEOUT_S!r}" in source
+    assert f"#define MAX_TIMEOUT_S {client.MAX_TIMEOUT_S!r}" in source
+    assert client.MAX_LINE == 64 << 20 and "#define MAX_LINE (64L << 20)" in source
     hint = re.search(r'#define DAEMON_HINT ((?:"[^\n]*"\s*\\?\s*)+)', source)[1]
     assert "".join(json.loads(s) for s in re.findall(r'"(?:[^"\\]|\\.)*"', hint)) == \
-        fast_forward.DAEMON_HINT
-    for stage in fast_forward.STAGES:
+        deadline.DAEMON_HINT
+    for stage in client.STAGES:
         assert f'"{stage}"' in source
-    for flag, key in fast_forward.VALUE_OPTIONS.items():
+    for flag, key in client.VALUE_OPTIONS.items():
         assert f'{{"{flag}", "{key}"}}' in source
 
 

@@ -3,7 +3,6 @@ aside (never trusted, never lost) — including a writer killed with SIGKILL at 
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import os
@@ -20,8 +19,7 @@ import pytest
 
 from nri_numa.engine.request import ContainerRequest
 from nri_numa.state import checkpoint as cp
-from nri_numa.state.checkpoint import (SMALL_HASH_BYTES, CheckpointError, CheckpointStore,
-                                       machine_fingerprint, sha256_hex)
+from nri_numa.state.checkpoint import CheckpointError, CheckpointStore, machine_fingerprint
 from nri_numa.state.plugin_records import (ContainerRecord, PodRecord, RecordError,
                                            records_from_dict, records_to_dict)
 from nri_numa.topology.model import Topology
@@ -254,9 +252,3 @@ def test_bad_records_are_named(path, value, message):
     target[path[-1]] = value
     with pytest.raises(RecordError, match=message):
         records_from_dict(data)
-
-
-@pytest.mark.parametrize("size", [0, 1, 55, 64, SMALL_HASH_BYTES, SMALL_HASH_BYTES + 1, 300_000])
-def test_sha256_hex_is_sha256_on_both_sides_of_the_size_switch(size):
-    data = bytes(range(256)) * (size // 256) + bytes(size % 256)
-    assert sha256_hex(data) == hashlib.sha256(data).hexdigest()
