@@ -27,7 +27,7 @@ import os
 import re
 import stat
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -61,17 +61,17 @@ def write_spec(folder: Path, host_node: Path) -> None:
             "env": [CDI_ENV]}}]}))
 
 
-@pytest.fixture(scope="module", params=RUNTIME_VERSIONS)
-def containerd(request: pytest.FixtureRequest, runtimes: Runtimes, busybox_image: BuiltImage,
-               step_times: StepTimes,
-               tmp_path_factory: pytest.TempPathFactory) -> Iterator[ContainerdDaemon]:
-    """As conftest's, with CDI on and a spec dir of its own (written before containerd starts,
-    so that its CDI cache watches it from the start)."""
-    version = request.param
+@contextmanager
+def containerd_with_cdi(version: str, runtimes: Runtimes, busybox_image: BuiltImage,
+                        step_times: StepTimes, tmp_path_factory: pytest.TempPathFactory,
+                        write_specs: Callable[[Path], None]) -> Iterator[ContainerdDaemon]:
+    """As conftest's containerd, with CDI on and a spec dir of its own, filled by
+    ``write_specs(folder)`` (the spec dir is ``folder / "cdi"``) before containerd starts, so
+    that its CDI cache watches it from the start."""
     base = Path(tempfile.mkdtemp(prefix=f"nri-numa-e2e-cdi-{version}-",
                                  dir=os.environ.get("NRI_NUMA_E2E_TMP", "/tmp")))
     log = tmp_path_factory.mktemp("containerd-logs") / f"containerd-cdi-{version}.log"
-    write_spec(base / "cdi", base / "fake-nvidia7")
+    write_specs(base)
     daemon = ContainerdDaemon(runtimes.containerd[version], base, busybox_image.ref, log=log,
                               cdi_spec_dirs=(str(base / "cdi"),))
     try:
@@ -81,6 +81,16 @@ def containerd(request: pytest.FixtureRequest, runtimes: Runtimes, busybox_image
     finally:
         problems = daemon.cleanup()
         assert not problems, f"containerd {version} clean-up left: {problems}"
+
+
+@pytest.fixture(scope="module", params=RUNTIME_VERSIONS)
+def containerd(request: pytest.FixtureRequest, runtimes: Runtimes, busybox_image: BuiltImage,
+               step_times: StepTimes,
+               tmp_path_factory: pytest.TempPathFactory) -> Iterator[ContainerdDaemon]:
+    with containerd_with_cdi(request.param, runtimes, busybox_image, step_times,
+                             tmp_path_factory,
+                             lambda base: write_spec(base / "cdi", base / "fake-nvidia7")) as made:
+        yield made
 
 
 @contextmanager

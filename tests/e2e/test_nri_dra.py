@@ -13,7 +13,6 @@ and no host path: runc makes them in the container, which never opens them."""
 from __future__ import annotations
 
 import json
-import os
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -25,10 +24,11 @@ from nri_numa.topology.model import Topology
 from nri_numa.topology.parts import Cpu, Gpu, NumaNode, PciDevice
 from tests.e2e.harness.containerd import ContainerdDaemon
 from tests.e2e.harness.cri import CriClient, Pod
-from tests.e2e.harness.image import BuiltImage, import_image
+from tests.e2e.harness.image import BuiltImage
 from tests.e2e.harness.runtimes import Runtimes
 from tests.e2e.harness.timing import StepTimes
 from tests.e2e.nri_agent import EXCLUSIVE, GUARANTEED_1, agent_on, spec_cpus, start_and_connect
+from tests.e2e.test_nri_cdi import containerd_with_cdi
 from tests.e2e.test_nri_devices import EXCLUSIVE_CPU_NODE, OTHER_NODE
 
 pytestmark = pytest.mark.e2e
@@ -51,12 +51,7 @@ def machine() -> Topology:
     return Topology(cpus=cpus, numa_nodes=nodes, pci_devices=pci, gpus=gpus)
 
 
-@pytest.fixture(scope="module")
-def containerd(runtimes: Runtimes, busybox_image: BuiltImage, step_times: StepTimes,
-               tmp_path_factory: pytest.TempPathFactory) -> Iterator[ContainerdDaemon]:
-    """containerd 2.1.9 with CDI on and the DRA driver's spec in a spec dir of its own."""
-    base = Path(tempfile.mkdtemp(prefix=f"nri-numa-e2e-dra-{VERSION}-",
-                                 dir=os.environ.get("NRI_NUMA_E2E_TMP", "/tmp")))
+def write_driver_spec(base: Path) -> None:
     (base / "cdi").mkdir()
     (base / "cdi" / "dra-gpus.json").write_text(json.dumps({
         "cdiVersion": "0.5.0", "kind": KIND,
@@ -64,16 +59,15 @@ def containerd(runtimes: Runtimes, busybox_image: BuiltImage, step_times: StepTi
             "deviceNodes": [{"path": f"/dev/nvidia{minor}", "type": "c", "major": 195,
                              "minor": minor}],
             "env": [f"FAKE_DRA_GPU={name}"]}} for name, (minor, *_) in GPUS.items()]}))
-    log = tmp_path_factory.mktemp("containerd-logs") / f"containerd-dra-{VERSION}.log"
-    daemon = ContainerdDaemon(runtimes.containerd[VERSION], base, busybox_image.ref, log=log,
-                              cdi_spec_dirs=(str(base / "cdi"),))
-    try:
-        step_times.add(VERSION, "containerd start (CDI on)", daemon.start())
-        import_image(daemon.binaries.ctr, daemon.address, busybox_image)
-        yield daemon
-    finally:
-        problems = daemon.cleanup()
-        assert not problems, f"containerd {VERSION} clean-up left: {problems}"
+
+
+@pytest.fixture(scope="module")
+def containerd(runtimes: Runtimes, busybox_image: BuiltImage, step_times: StepTimes,
+               tmp_path_factory: pytest.TempPathFactory) -> Iterator[ContainerdDaemon]:
+    """containerd 2.1.9 with CDI on and the DRA driver's spec in a spec dir of its own."""
+    with containerd_with_cdi(VERSION, runtimes, busybox_image, step_times, tmp_path_factory,
+                             write_driver_spec) as made:
+        yield made
 
 
 def with_claim(pod: Pod, image: str, device: str):

@@ -8,10 +8,14 @@ import secrets
 import socket
 import subprocess
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
+import pytest
+
 from tests.e2e_k8s.kube import ApiError, Kube
-from tests.e2e_k8s.lab import NRT_CRD, find_binaries
+from tests.e2e_k8s.lab import NRT_CRD, LabUnavailable, find_binaries
 
 NODE = "bench-node"
 
@@ -20,6 +24,27 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+@contextmanager
+def running_api_server(folder: Path, users: dict[str, str] | None = None
+                       ) -> Iterator[tuple[ApiServer, Kube]]:
+    """An ApiServer started in ``folder`` with the default namespace's ServiceAccount (which
+    the ServiceAccount admission plugin wants and no controller makes here); the test skips
+    without the lab's binaries. Stopped afterwards."""
+    try:
+        find_binaries()
+    except LabUnavailable as e:
+        pytest.skip(f"no Kubernetes binaries: {e}")
+    server = ApiServer(folder, users)
+    try:
+        kube = server.start()
+        kube.request("POST", "/api/v1/namespaces/default/serviceaccounts",
+                     {"apiVersion": "v1", "kind": "ServiceAccount",
+                      "metadata": {"name": "default"}})
+        yield server, kube
+    finally:
+        server.stop()
 
 
 class ApiServer:

@@ -17,9 +17,8 @@ from nri_numa.engine.request import ContainerKind
 from nri_numa.nri.whole_pod import PodSpecs
 
 pytest.importorskip("kubernetes")
-from tests.e2e_k8s.apiserver import ApiServer  # noqa: E402
+from tests.e2e_k8s.apiserver import running_api_server  # noqa: E402
 from tests.e2e_k8s.kube import ApiError  # noqa: E402
-from tests.e2e_k8s.lab import LabUnavailable, find_binaries  # noqa: E402
 
 NODE = "watched-node"
 PODS = "/api/v1/namespaces/default/pods"
@@ -29,20 +28,9 @@ MANIFESTS = Path(__file__).parents[3] / "packaging" / "kubernetes" / "nri-numa.y
 
 @pytest.fixture(scope="module")
 def api(tmp_path_factory):
-    try:
-        find_binaries()
-    except LabUnavailable as e:
-        pytest.skip(f"no Kubernetes binaries: {e}")
-    server = ApiServer(Path(tmp_path_factory.mktemp("apiserver")),
-                       users={AGENT_USER: "agent-token-0123456789abcdef"})
-    try:
-        kube = server.start()
-        kube.request("POST", "/api/v1/namespaces/default/serviceaccounts",  # no controllers
-                     {"apiVersion": "v1", "kind": "ServiceAccount",
-                      "metadata": {"name": "default"}})
-        yield server, kube
-    finally:
-        server.stop()
+    with running_api_server(Path(tmp_path_factory.mktemp("apiserver")),
+                            users={AGENT_USER: "agent-token-0123456789abcdef"}) as found:
+        yield found
 
 
 def until(check, seconds: float = 15.0):

@@ -6,6 +6,8 @@ plugin puts the container's CPUs on that device's NUMA node."""
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from nri_numa.engine.config_reader import config_from_mapping
@@ -41,15 +43,23 @@ def spec_dir(folder: Path) -> Path:
     return folder
 
 
-def test_a_claims_cdi_names_lead_to_its_devices_numa_node(tmp_path: Path) -> None:
+@contextmanager
+def kubelet_with_claim(folder: Path, device: str
+                       ) -> Iterator[tuple[KubeletDeviceHints, DeviceLocator]]:
+    """The fake kubelet reporting the claim of ``device``, and a hint source asking it that
+    resolves CDI names through the driver's spec."""
     topology = machine()
-    locator = DeviceLocator(topology, cdi=CdiRegistry([spec_dir(tmp_path / "cdi")]))
-    with fast_tmp(tmp_path) as base, FakeKubelet(base / "kubelet.sock",
-                                                 state_from_mapping(claims_state("gpu-a"))) as k:
-        hints = KubeletDeviceHints(str(k.socket_path), topology, budget_s=10.0,
-                                   cdi_nodes=locator.cdi_numa_nodes)
+    locator = DeviceLocator(topology, cdi=CdiRegistry([spec_dir(folder / "cdi")]))
+    with fast_tmp(folder) as base, FakeKubelet(base / "kubelet.sock",
+                                               state_from_mapping(claims_state(device))) as k:
+        yield KubeletDeviceHints(str(k.socket_path), topology, budget_s=10.0,
+                                 cdi_nodes=locator.cdi_numa_nodes), locator
+
+
+def test_a_claims_cdi_names_lead_to_its_devices_numa_node(tmp_path: Path) -> None:
+    with kubelet_with_claim(tmp_path, "gpu-a") as (hints, locator):
         assert hints("ml", "trainer", "main") == {DRIVER: frozenset({1})}
-        plugin = NumaPlugin(topology, config_from_mapping(CONFIG), kubelet_hints=hints,
+        plugin = NumaPlugin(machine(), config_from_mapping(CONFIG), kubelet_hints=hints,
                             locator=locator)
         sandbox = msg.pod("trainer", namespace="ml")
         reply = create(plugin, sandbox, msg.guaranteed(sandbox, "main", cpus=2))
@@ -57,10 +67,5 @@ def test_a_claims_cdi_names_lead_to_its_devices_numa_node(tmp_path: Path) -> Non
 
 
 def test_a_claim_the_machine_cannot_place_gives_no_hint(tmp_path: Path) -> None:
-    topology = machine()
-    locator = DeviceLocator(topology, cdi=CdiRegistry([spec_dir(tmp_path / "cdi")]))
-    with fast_tmp(tmp_path) as base, FakeKubelet(base / "kubelet.sock",
-                                                 state_from_mapping(claims_state("gpu-b"))) as k:
-        hints = KubeletDeviceHints(str(k.socket_path), topology, budget_s=10.0,
-                                   cdi_nodes=locator.cdi_numa_nodes)
+    with kubelet_with_claim(tmp_path, "gpu-b") as (hints, _):
         assert hints("ml", "trainer", "main") == {}
