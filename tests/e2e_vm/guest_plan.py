@@ -4,7 +4,7 @@ reservedSystemCPUs, as a node with full-pcpus-only would."""
 
 from __future__ import annotations
 
-from tests.e2e_vm.layout import Layout, Node
+from tests.e2e_vm.layout import LAYOUT_NIC_RESOURCE, Layout, Node
 
 MEMORY_TOUCHED_MIB = 256
 # The container holds MEMORY_TOUCHED_MIB of anonymous memory: busybox dd reads that much of
@@ -51,8 +51,8 @@ def cpu_pods(layout: Layout) -> list[dict[str, object]]:
     # The refusals come first, while every node has free CPUs: with none free the kubelet's
     # topology manager refuses any request before the CPU manager checks SMT alignment.
     pods: list[dict[str, object]] = [{"name": "besteffort", "besteffort": True}]
-    if t > 1:
-        pods.append({"name": "not-whole-cores", "cpu_m": (t + 1) * 1000})
+    if t > 1:  # one CPU: fits any node, and is no multiple of the threads per core
+        pods.append({"name": "not-whole-cores", "cpu_m": 1000})
     if len(cpu_nodes(layout)) > 1:
         pods.append({"name": "wider-than-a-node", "cpu_m": (largest + t) * 1000})
     pods += [{"name": "whole-node", "cpu_m": len(whole_node(layout).cpus) * 1000},
@@ -81,6 +81,12 @@ def hugepage_pods(layout: Layout) -> list[dict[str, object]]:
 RECONCILE_PERIOD_S = 2
 
 
+def nic_pods(layout: Layout) -> list[dict[str, object]]:
+    """A NIC asked for by annotation (docs/annotations.md): its CPUs follow it to its node."""
+    return [{"name": "wants-nic", "cpu_m": threads(layout) * 1000,
+             "annotations": {"numa.nri.io/devices.work": f"{LAYOUT_NIC_RESOURCE}=1"}}]
+
+
 def plan(layout: Layout, containerd: str) -> dict[str, object]:
     # The cpu scenario also widens two cpusets behind the agent's back (drift repair), then
     # kills the agent and starts it again on its state (restart), then runs one more pod.
@@ -90,6 +96,8 @@ def plan(layout: Layout, containerd: str) -> dict[str, object]:
            if cores_left(layout) else []}
     scenarios = [cpu,
                  {"name": "memory", "config": memory_config(layout), "pods": memory_pods(layout)}]
+    if any(d.kind == "nic" for d in layout.pci):
+        scenarios.append({"name": "devices", "config": base_config(layout), "pods": nic_pods(layout)})
     if any(n.hugepages_2m * 2 >= HUGEPAGES_MIB for n in layout.nodes):
         scenarios.append({"name": "hugepages", "config": memory_config(layout), "pods": hugepage_pods(layout)})
     return {"containerd": containerd, "scenarios": scenarios}

@@ -86,7 +86,8 @@ def container_config(pod: Pod, spec: dict, image_ref: str):  # -> cri.ContainerC
 
 
 def run_pod(client: CriClient, layout: CgroupLayout, spec: dict, image_ref: str) -> dict:
-    pod = Pod(spec["name"], (resources(spec),), cgroup_driver="systemd")
+    pod = Pod(spec["name"], (resources(spec),), cgroup_driver="systemd",
+              annotations=tuple(spec.get("annotations", {}).items()))
     got: dict[str, object] = {"cgroup_parent": pod.cgroup_parent, "qos": pod.qos.value}
     began = time.monotonic()
     sandbox = client.run_pod(pod)

@@ -236,6 +236,9 @@ def load_layout(given: str | Path) -> Layout:
 # -- QEMU ------------------------------------------------------------------------------------
 
 MANAGEMENT_MAC = "52:54:00:4e:00:01"  # the guest's systemd-networkd matches it (scripts/vm-deps)
+# The layout's NICs are modern-only virtio-net functions (1af4:1041); the management NIC on the
+# root bus stays transitional (1af4:1000), so the two are different kinds to ask for.
+LAYOUT_NIC_RESOURCE = "pci/1af4:1041"
 FIRST_EXPANDER_BUS = 16
 BUSES_PER_EXPANDER = 16
 
@@ -271,7 +274,7 @@ def qemu_pci_args(layout: Layout, disk_of: dict[int, Path]) -> list[str]:
         args += ["-device", f"pcie-root-port,id={port},bus=pxb{device.node},chassis={device.index + 1}"]
         if device.kind == "nic":
             args += ["-netdev", f"user,id=nic{device.index},restrict=on",
-                     "-device", f"virtio-net-pci,netdev=nic{device.index},bus={port},"
+                     "-device", f"virtio-net-pci,netdev=nic{device.index},bus={port},disable-legacy=on,"
                                 f"mac=52:54:00:4e:01:{device.index:02x}"]
         else:
             args += ["-drive", f"if=none,id=nvme{device.index},file={disk_of[device.index]},format=raw",

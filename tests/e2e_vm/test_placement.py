@@ -151,3 +151,16 @@ def test_a_restarted_agent_keeps_every_container_where_it_was(pods_run: dict, vm
     for name, cpus in restart["cpus_effective_before"].items():
         if name != "besteffort":
             assert not after & parse_list(cpus), f"after-restart got {after}, {name} has {cpus}"
+
+
+def test_a_nic_asked_by_annotation_brings_the_cpus_to_its_node(pods_run: dict, vm_layout: Layout) -> None:
+    if "devices" not in pods_run["scenarios"]:
+        pytest.skip(f"layout {vm_layout.name} has no NIC")
+    got = scenario(pods_run, "devices")
+    placed = pod(got, "wants-nic")
+    nic_nodes = {d.node for d in vm_layout.pci if d.kind == "nic"}
+    (node,) = nodes_of(vm_layout, parse_list(placed["cpus_effective"]))
+    assert node in nic_nodes, f"CPUs on node {node}, the NICs on {sorted(nic_nodes)}"
+    (record,) = json.loads(got["state"]["stdout"])["containers"]
+    assert list(record["devices"]) == [guest_plan.LAYOUT_NIC_RESOURCE]
+    assert f"devices {guest_plan.LAYOUT_NIC_RESOURCE}=" in got["agent_log"]

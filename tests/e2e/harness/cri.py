@@ -139,6 +139,7 @@ class Pod:
     namespace: str = "default"
     uid: str = field(default_factory=lambda: str(uuid.uuid4()))
     cgroup_driver: str = "cgroupfs"  # the kubelet's: cgroupfs or systemd
+    annotations: tuple[tuple[str, str], ...] = ()  # the pod's, besides the kubelet's own
 
     @property
     def qos(self) -> QoS:
@@ -161,7 +162,7 @@ class Pod:
         return cri.PodSandboxConfig(
             metadata=cri.PodSandboxMetadata(name=self.name, uid=self.uid, namespace=self.namespace, attempt=0),
             labels=self.labels,
-            annotations={"kubernetes.io/config.source": "api"},
+            annotations={"kubernetes.io/config.source": "api", **dict(self.annotations)},
             linux=cri.LinuxPodSandboxConfig(
                 cgroup_parent=self.cgroup_parent,
                 security_context=cri.LinuxSandboxSecurityContext(namespace_options=namespace_options()),
