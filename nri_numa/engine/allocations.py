@@ -12,14 +12,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
-from operator import itemgetter
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 from nri_numa.engine.cpu.topology import checked_mask
 from nri_numa.engine.hints import Hint
-from nri_numa.topology.cpulist import (MAX_ID, ListFormatError, format_list, parse_list,
-                                      parse_list_once)
+from nri_numa.topology.cpulist import MAX_ID, ListFormatError, format_list, parse_list
 
 if TYPE_CHECKING:
     from nri_numa.engine.memory import MemoryState
@@ -225,13 +223,9 @@ class Allocations:
 
     @classmethod
     def from_dict(cls, data: Any) -> Allocations:
-        """``to_dict``'s output. Each pod is first offered to ``_PlainReader``, which reads a
-        pod written as ``to_dict`` writes it in one pass; any other comes to ``_pod_from_dict``,
-        which reads it field by field and words the error."""
+        """``to_dict``'s output, read field by field: an error names the field."""
         d = _obj(data, "allocations")
-        read = _PlainReader()
-        # The plain reader's values are never false: `or` asks _pod_from_dict only for None.
-        pods = {str(k): read.pod(v) or _pod_from_dict(v, f"pods.{k}")
+        pods = {str(k): _pod_from_dict(v, f"pods.{k}")
                 for k, v in _obj(d.get("pods", {}), "pods").items()}
         memory = None
         if d.get("memory") is not None:
@@ -324,84 +318,3 @@ def _cpus(v: Any, where: str) -> frozenset[int]:
         return parse_list(v)
     except ListFormatError as e:
         raise AllocationsError(f"{where}: {e}") from None
-
-
-# --- pods as to_dict writes them, in one pass ------------------------------------------------
-
-_HINT_FIELDS = itemgetter("affinity", "preferred")
-_ONLY_STR = frozenset({str})
-
-
-class _PlainReader:
-    """Reads a pod written as ``_pod_to_dict`` writes it, or answers None for anything it does
-    not read exactly as ``_pod_from_dict`` would (which then reads it, or words the error).
-    Within one snapshot each CPU list text is parsed once and each hint made once: the pods
-    of a node share a few of each. tests/unit/engine/test_plain_allocations.py holds the two
-    readers to each other."""
-
-    def __init__(self) -> None:
-        self._lists: dict[str, frozenset[int]] = {"": _NO_CPUS}
-        self._hints: dict[tuple[tuple[int, ...] | None, bool], Hint] = {}
-
-    def pod(self, raw: Any) -> PodAllocation | None:
-        if type(raw) is not dict:
-            return None
-        raw_containers, pod_hint = raw.get("containers", {}), raw.get("pod_hint")
-        if type(raw_containers) is not dict:
-            return None
-        containers = {}
-        for name, c in raw_containers.items():
-            container = self._container(c)
-            if container is None or type(name) is not str:
-                return None
-            containers[name] = container
-        hint = None if pod_hint is None else self._hint(pod_hint)
-        reusable_cpus = parse_list_once(raw.get("reusable_cpus", ""), self._lists)
-        reusable_devices = _plain_devices(raw.get("reusable_devices", {}))
-        if (hint is None and pod_hint is not None) or reusable_cpus is None \
-                or reusable_devices is None:
-            return None
-        return PodAllocation(containers, hint, reusable_cpus, reusable_devices)
-
-    def _container(self, raw: Any) -> ContainerAllocation | None:
-        if type(raw) is not dict:
-            return None
-        exclusive = parse_list_once(raw.get("exclusive_cpus", ""), self._lists)
-        admitted = parse_list_once(raw.get("admitted_cpus", ""), self._lists)
-        devices = _plain_devices(raw.get("devices", {}))
-        hint = self._hint(raw.get("hint"))
-        if exclusive is None or admitted is None or devices is None or hint is None \
-                or not admitted <= exclusive:
-            return None
-        return ContainerAllocation(exclusive, devices, hint, admitted)
-
-    def _hint(self, raw: Any) -> Hint | None:
-        if type(raw) is not dict:
-            return None
-        try:
-            affinity, preferred = _HINT_FIELDS(raw)
-        except KeyError:
-            return None
-        if type(preferred) is not bool:
-            return None
-        if affinity is None:
-            key = None
-        elif type(affinity) is list and all(type(i) is int and 0 <= i <= MAX_ID
-                                            for i in affinity):
-            key = tuple(affinity)
-        else:
-            return None
-        hint = self._hints.get((key, preferred))
-        if hint is None:
-            hint = self._hints[(key, preferred)] = Hint(affinity, preferred)
-        return hint
-
-
-def _plain_devices(raw: Any) -> dict[str, list[str]] | None:
-    """Device ids by resource, as ``to_dict`` writes them (lists of strings)."""
-    if type(raw) is not dict:
-        return None
-    if raw and not (_ONLY_STR.issuperset(map(type, raw)) and all(
-            type(ids) is list and _ONLY_STR.issuperset(map(type, ids)) for ids in raw.values())):
-        return None
-    return raw

@@ -75,7 +75,6 @@ def _frozen(mapping: Mapping) -> Mapping:
 
 
 _AMOUNTS = ("cpu_request", "cpu_limit", "memory_request", "memory_limit")
-_ONLY_INT = frozenset({int})
 
 
 def _check_amount(value: Any, what: str) -> None:
@@ -105,18 +104,15 @@ class ContainerRequest:
         if not isinstance(self.name, str) or not self.name:
             raise RequestError(f"container name must be a non-empty string, not "
                                f"{quote(self.name)}")
-        if type(self.kind) is not ContainerKind:  # a member already: nothing to look up
+        if type(self.kind) is not ContainerKind:
             try:
                 object.__setattr__(self, "kind", ContainerKind(self.kind))
             except ValueError:
                 raise RequestError(f"container {self.name}: kind {quote(self.kind)} is not one "
                                    f"of {', '.join(ContainerKind)}") from None
         where = f"container {self.name}"
-        amounts = (self.cpu_request, self.cpu_limit, self.memory_request, self.memory_limit)
-        # Plain non-negative ints pass _check_amount: only others need it to look (or word).
-        if not (_ONLY_INT.issuperset(map(type, amounts)) and min(amounts) >= 0):
-            for attr, amount in zip(_AMOUNTS, amounts):
-                _check_amount(amount, f"{where}: {attr}")
+        for attr in _AMOUNTS:
+            _check_amount(getattr(self, attr), f"{where}: {attr}")
         setattr_ = object.__setattr__
         for attr in ("hugepages_requests", "hugepages_limits", "devices"):
             mapping = _frozen(getattr(self, attr))

@@ -6,12 +6,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from operator import itemgetter
 from types import MappingProxyType
 from typing import Any
 
 from nri_numa.engine.request import ContainerRequest, RequestError
-from nri_numa.topology.cpulist import ListFormatError, format_cached, parse_list, parse_list_once
+from nri_numa.topology.cpulist import ListFormatError, format_cached, parse_list
 
 
 # --- what the plugin remembers besides the ledger ----------------------------------------
@@ -120,86 +119,12 @@ def records_to_dict(pods: Mapping[str, PodRecord],
 
 
 def records_from_dict(raw: Any) -> tuple[dict[str, PodRecord], dict[str, ContainerRecord]]:
-    """The records of ``records_to_dict``. Each is first offered to ``_plain_pod`` or
-    ``_plain_container``, which read a record written as ``to_dict`` writes it in one pass;
-    any other comes to ``from_dict``, which reads it field by field and words the error."""
+    """The records of ``records_to_dict``, each read field by field: an error names it."""
     d = _obj(raw, "records")
-    # The plain readers' values are never false: `or` asks from_dict only for None.
-    pods = [_plain_pod(p) or PodRecord.from_dict(p, f"pods[{i}]")
-            for i, p in enumerate(_list(d, "pods"))]
-    lists: dict[str, frozenset[int]] = {}  # shared containers all hold the one pool's text
-    containers = [_plain_container(c, lists) or ContainerRecord.from_dict(c, f"containers[{i}]")
+    pods = [PodRecord.from_dict(p, f"pods[{i}]") for i, p in enumerate(_list(d, "pods"))]
+    containers = [ContainerRecord.from_dict(c, f"containers[{i}]")
                   for i, c in enumerate(_list(d, "containers"))]
     return {p.sandbox_id: p for p in pods}, {c.id: c for c in containers}
-
-
-# --- records as to_dict writes them, in one pass ---------------------------------------------
-# Each answers None for anything it does not read exactly as from_dict would (a field left
-# out, another type, a value from_dict refuses): from_dict then reads it, or words the error.
-# tests/unit/state/test_plain_records.py holds the two readers to each other.
-
-_POD_FIELDS = itemgetter("sandbox_id", "uid", "namespace", "name", "cgroup_parent",
-                         "annotations")
-_CONTAINER_FIELDS = itemgetter("id", "sandbox_id", "pod_uid", "cpus", "exclusive", "mems",
-                               "in_ledger", "request")
-_REQUEST_FIELDS = itemgetter("name", "cpu_request", "cpu_limit", "memory_request",
-                             "memory_limit", "hugepages", "device_numa_hints")
-_ONLY_STR = frozenset({str})
-
-
-def _plain_pod(raw: Any) -> PodRecord | None:
-    if type(raw) is not dict:
-        return None
-    try:
-        values = _POD_FIELDS(raw)
-    except KeyError:
-        return None
-    annotations = values[5]
-    if (_ONLY_STR.issuperset(map(type, values[:5])) and type(annotations) is dict
-            and _ONLY_STR.issuperset(map(type, annotations))
-            and _ONLY_STR.issuperset(map(type, annotations.values()))):
-        return PodRecord(*values)
-    return None
-
-
-def _plain_container(raw: Any, lists: dict[str, frozenset[int]]) -> ContainerRecord | None:
-    if type(raw) is not dict:
-        return None
-    try:
-        cid, sandbox_id, pod_uid, cpus, exclusive, mems, in_ledger, r = _CONTAINER_FIELDS(raw)
-    except KeyError:
-        return None
-    if not (type(cid) is str and type(sandbox_id) is str and type(pod_uid) is str
-            and type(exclusive) is bool and type(in_ledger) is bool and type(r) is dict):
-        return None
-    cpu_ids = parse_list_once(cpus, lists)
-    mem_ids = None if mems is None else parse_list_once(mems, lists)
-    if cpu_ids is None or (mem_ids is None and mems is not None):
-        return None
-    request = _plain_request(r)
-    if request is None:
-        return None
-    return ContainerRecord(cid, sandbox_id, pod_uid, request, cpu_ids, exclusive, mem_ids,
-                           in_ledger)
-
-
-def _plain_request(r: dict) -> ContainerRequest | None:
-    try:
-        name, cpu_request, cpu_limit, memory_request, memory_limit, pages, hints = \
-            _REQUEST_FIELDS(r)
-    except KeyError:
-        return None
-    if type(pages) is not dict or type(hints) is not dict:
-        return None
-    try:  # what ContainerRequest and the page sizes refuse, from_dict words
-        sizes = {int(k): v for k, v in pages.items()} if pages else {}
-        return ContainerRequest(name, cpu_request=cpu_request, cpu_limit=cpu_limit,
-                                memory_request=memory_request, memory_limit=memory_limit,
-                                hugepages_requests=sizes, hugepages_limits=sizes,
-                                device_numa_hints=hints, isolated_cpus=r.get("isolated_cpus"))
-    except (ValueError, TypeError):
-        return None
-
 
 
 def _obj(value: Any, where: str) -> dict:

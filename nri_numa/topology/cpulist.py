@@ -63,22 +63,6 @@ def parse_list(text: str) -> frozenset[int]:
     return frozenset(out)
 
 
-def parse_list_once(text: object, parsed: dict[str, frozenset[int]]) -> frozenset[int] | None:
-    """``parse_list(text)``, looked up in ``parsed`` first and kept there: the records of one
-    file repeat a few lists (a node's CPUs, the shared pool). None for anything but a list
-    string that parses; the caller's checked reader then words what is wrong."""
-    if type(text) is not str:
-        return None
-    ids = parsed.get(text)
-    if ids is None:
-        try:
-            ids = parsed[text] = parse_list(text)
-        except ListFormatError:
-            return None
-    return ids
-
-
-
 def format_list(ids: Iterable[int]) -> str:
     """``{0, 1, 2, 3, 8}`` → ``"0-3,8"`` (ascending, ranges merged)."""
     parts: list[str] = []

@@ -11,13 +11,13 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cached_property
-from operator import attrgetter, itemgetter
+from operator import attrgetter
 from types import MappingProxyType
 from typing import Any
 
 from nri_numa.safeio.bounds import MAX_DIGITS, clip, quote
 from nri_numa.safeio.documents import DocumentError, NotParsedError, load_json
-from nri_numa.topology.cpulist import MAX_ID, format_list, parse_list, parse_list_once
+from nri_numa.topology.cpulist import MAX_ID, format_list, parse_list
 from nri_numa.topology.parts import PCIE_LEVELS, Cpu, Gpu, HugePages, Nic, NumaNode, PciDevice
 
 SCHEMA_VERSION = 1
@@ -150,13 +150,7 @@ class Topology:
 
 
 class _TopologyReader:
-    """Reads the JSON form strictly, naming the path of the first bad field.
-
-    CPUs and PCI devices, the many records of a big machine, are first offered to
-    ``_plain_cpu`` and ``_plain_pci``, which read a record written as ``to_dict`` writes it in
-    one pass; any other record comes here field by field, which reads the other spellings the
-    form allows and words the error.
-    """
+    """Reads the JSON form strictly, naming the path of the first bad field."""
 
     def __init__(self, data: Any) -> None:
         self.data = data
@@ -167,15 +161,12 @@ class _TopologyReader:
         if version != SCHEMA_VERSION:
             raise TopologyFormatError(
                 f"schema_version is {quote(version)}; this nri-numa reads {SCHEMA_VERSION}")
-        lists: dict[str, frozenset[int]] = {}  # the devices of a NUMA node share their local_cpus
-        # The plain readers' values are never false: `or` asks the checked reader only for None.
         return Topology(
-            cpus=tuple(_plain_cpu(c) or self._cpu(c, f"cpus[{i}]")
-                       for i, c in enumerate(self._arr(d, "cpus"))),
+            cpus=tuple(self._cpu(c, f"cpus[{i}]") for i, c in enumerate(self._arr(d, "cpus"))),
             numa_nodes=tuple(self._node(n, f"numa_nodes[{i}]")
                              for i, n in enumerate(self._arr(d, "numa_nodes"))),
             isolcpus=self._list(d.get("isolcpus", ""), "isolcpus"),
-            pci_devices=tuple(_plain_pci(p, lists) or self._pci(p, f"pci_devices[{i}]")
+            pci_devices=tuple(self._pci(p, f"pci_devices[{i}]")
                               for i, p in enumerate(self._arr(d, "pci_devices", required=False))),
             nics=tuple(self._nic(n, f"nics[{i}]")
                        for i, n in enumerate(self._arr(d, "nics", required=False))),
@@ -339,69 +330,4 @@ class _TopologyReader:
             return parse_list(v)
         except ValueError as e:
             raise TopologyFormatError(f"{where}: {e}") from None
-
-
-# --- records in their plain form, read in one pass ----------------------------------------------
-# A hook process reads the topology on every container start: on a 224-CPU machine the field by
-# field reader (a helper call and a path string per field) was most of Topology.from_json.
-# These accept only values of the exact types to_dict writes, and nothing _TopologyReader
-# refuses, and make the same value it makes; None hands the record to _TopologyReader.
-
-_INT_OR_NONE = frozenset({int, type(None)})
-_STR_OR_NONE = frozenset({str, type(None)})
-# Cpu's fields in the order of its parameters.
-_CPU_FIELDS = itemgetter("id", "numa", "online", "core", "socket", "die", "l3")
-
-
-def _plain_cpu(raw: Any) -> Cpu | None:
-    if type(raw) is not dict:
-        return None
-    try:
-        values = _CPU_FIELDS(raw)
-    except KeyError:  # a field left to its default: the checked reader knows them
-        return None
-    cpu_id, numa, online = values[0], values[1], values[2]
-    if (type(cpu_id) is int and cpu_id <= MAX_ID and _plain_opt_id(numa)
-            and type(online) is bool and _INT_OR_NONE.issuperset(map(type, values[3:]))):
-        return Cpu(*values)
-    return None
-
-
-def _plain_pci(raw: Any, lists: dict[str, frozenset[int]]) -> PciDevice | None:
-    if type(raw) is not dict:
-        return None
-    address, numa_node = raw.get("address"), raw.get("numa_node")
-    bridges, virtfns = raw.get("bridges", []), raw.get("virtfns", [])
-    host_bridge, physfn, driver = raw.get("host_bridge"), raw.get("physfn"), raw.get("driver")
-    if not (type(address) is str and _plain_opt_id(numa_node) and _plain_strs(bridges)
-            and _plain_strs(virtfns) and type(host_bridge) in _STR_OR_NONE
-            and type(physfn) in _STR_OR_NONE and type(driver) in _STR_OR_NONE):
-        return None
-    class_code, vendor = _plain_number(raw.get("class")), _plain_number(raw.get("vendor"))
-    device = _plain_number(raw.get("device"))
-    local_cpus = parse_list_once(raw.get("local_cpus", ""), lists)
-    if class_code is None or vendor is None or device is None or local_cpus is None:
-        return None
-    return PciDevice(address, numa_node, class_code, vendor, device, local_cpus,
-                     tuple(bridges), host_bridge, physfn, tuple(virtfns), driver)
-
-
-def _plain_opt_id(v: Any) -> bool:
-    return v is None or (type(v) is int and v <= MAX_ID)
-
-
-def _plain_strs(v: Any) -> bool:
-    return type(v) is list and all(type(s) is str for s in v)
-
-
-def _plain_number(v: Any) -> int | None:
-    """An int, or a string int(v, 0) reads ("0x10de") short enough to read fast."""
-    if type(v) is int:
-        return v
-    if type(v) is str and len(v) <= MAX_DIGITS:
-        try:
-            return int(v, 0)
-        except ValueError:
-            return None
-    return None
 

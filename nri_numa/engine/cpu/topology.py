@@ -129,7 +129,7 @@ class CPUTopology:
         numa_cpus: dict[int, int] = {}
         uncore_cpus: dict[int, int] = {}
         all_cpus = 0
-        for c in cpus:  # one pass: this runs in every hook process
+        for c in cpus:
             bit = 1 << c.cpu
             all_cpus |= bit
             core_cpus[c.core] = core_cpus.get(c.core, 0) | bit
@@ -257,11 +257,7 @@ class CPUTopology:
 
         An online CPU the kernel puts on no NUMA node (a kernel without NUMA) counts as node 0.
         """
-        infos = _plain_infos(topology)
-        if infos is None:  # cpu_topology says what is wrong
-            return cpu_topology(_records(topology))
-        _check_cores(infos)
-        return CPUTopology(tuple(infos))
+        return cpu_topology(_records(topology))
 
 
 def _records(topology: Topology) -> list[dict[str, Any]]:
@@ -269,27 +265,6 @@ def _records(topology: Topology) -> list[dict[str, Any]]:
     return [{"cpu": c.id, "core": c.core, "socket": c.socket,
              "numa": 0 if c.numa is None else c.numa, "uncore_cache": c.l3}
             for c in topology.cpus if c.online]
-
-
-def _plain_infos(topology: Topology) -> list[CPUInfo] | None:
-    """``cpu_topology(_records(topology))``'s CPUs in one pass, for a topology whose online CPUs
-    ``cpu_topology`` takes as they are (distinct ids, every id a non-negative int); None for
-    any other, which ``cpu_topology`` then refuses or reads. A hook process builds this on
-    every container start."""
-    infos = []
-    for c in topology.cpus:
-        if not c.online:
-            continue
-        cpu, core, socket, l3 = c.id, c.core, c.socket, c.l3
-        numa = 0 if c.numa is None else c.numa
-        if not (type(cpu) is int and type(core) is int and type(socket) is int
-                and type(numa) is int and cpu >= 0 and core >= 0 and socket >= 0 and numa >= 0
-                and (l3 is None or type(l3) is int and l3 >= 0)):
-            return None
-        infos.append(CPUInfo(cpu, core, socket, numa, socket if l3 is None else l3))
-    if not infos or len({info.cpu for info in infos}) != len(infos):
-        return None
-    return infos
 
 
 _REQUIRED = ("cpu", "core", "socket", "numa")

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import random
+
 import pytest
 
 from nri_numa.engine.cpu import CPUTopologyError, cpu_hints, cpu_topology, take_cpus
-from nri_numa.engine.cpu.topology import CPUTopology
+from nri_numa.engine.cpu.topology import CPUInfo, CPUTopology
 from nri_numa.topology.model import Topology
 from nri_numa.topology.parts import Cpu, NumaNode
 from nri_numa.topology.synthetic.presets import PRESETS, preset_topology
@@ -122,3 +124,28 @@ def test_every_preset_machine(name):
     assert len(take_cpus(topo, topo.cpu_ids(), 1)) == 1
     hints = cpu_hints(topo, topo.cpu_ids(), set(), 1)
     assert any(h.preferred and len(h.affinity) == 1 for h in hints)
+
+
+def test_the_maps_are_those_of_grouping_each_relation():
+    rng = random.Random(16)
+    for _ in range(50):
+        infos = tuple(CPUInfo(cpu, rng.randrange(12), rng.randrange(3), rng.randrange(4),
+                              rng.randrange(5)) for cpu in rng.sample(range(96), 40))
+        topo = CPUTopology(infos)
+        assert topo.cpus == tuple(sorted(infos, key=lambda c: c.cpu))
+        assert topo.all_cpus == sum(1 << c.cpu for c in infos)
+        for unit in ("core", "socket", "numa", "uncore"):
+            masks = getattr(topo, f"{unit}_cpus")
+            assert list(masks) == sorted({getattr(c, unit) for c in infos})
+            assert all(mask == sum(1 << c.cpu for c in infos if getattr(c, unit) == key)
+                       for key, mask in masks.items())
+        for name, (key, member) in {"sockets_of_numa": ("numa", "socket"),
+                                    "numas_of_socket": ("socket", "numa"),
+                                    "cores_of_socket": ("socket", "core"),
+                                    "cores_of_numa": ("numa", "core"),
+                                    "uncores_of_numa": ("numa", "uncore")}.items():
+            grouped = {}
+            for c in infos:
+                grouped.setdefault(getattr(c, key), set()).add(getattr(c, member))
+            expected = {k: tuple(sorted(v)) for k, v in sorted(grouped.items())}
+            assert list(getattr(topo, name).items()) == list(expected.items()), name
