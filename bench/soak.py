@@ -3,7 +3,8 @@ sampled, then judged for growth.
 
 Run from the repository root, as root (it runs containerd and runc):
     .venv/bin/python -m bench.soak --minutes N [--sample-seconds S] [--warmup-minutes W]
-        [--seed N] [--max-pods N] [--pause-seconds S] [--out DIR] [--plot FILE]
+        [--seed N] [--max-pods N] [--pause-seconds S] [--resize-chance P] [--drift-chance P]
+        [--out DIR] [--plot FILE]
 
 The agent runs as deployed: `nri-numa run` as a process of its own on a private containerd
 2.1.9 with NRI (the tests/e2e harness), with a state folder, its log (the decision log) in a
@@ -35,7 +36,7 @@ what compaction allows (nri_numa.state.plugin_checkpoint: the journal is compact
 outgrows max(snapshot, MIN_COMPACT_BYTES), so snapshot + journal <= 2 x the largest snapshot
 seen + MIN_COMPACT_BYTES + one record), the log growing by at most ``--log-bytes-per-decision``
 per logged decision, and the log with its rotated file never above what rotation keeps
-(nri_numa.agent.logs.LOG_KEEP_BYTES twice, plus a line).
+(nri_numa.agent.logs.LOG_KEEP_BYTES twice, plus 64 KiB).
 
 Writes ``samples.csv`` and ``soak.json`` (options, samples, counts, verdict) into ``--out``
 and, with ``--plot``, an SVG of the samples (bench/soak_plot.py). Prints one line per violated
@@ -455,6 +456,12 @@ def ledger_check(agent: Agent) -> list[str]:
     return problems
 
 
+def compaction_bound(largest_snapshot: int) -> int:
+    """The most the state folder may hold: the journal is compacted once it outgrows
+    max(snapshot, MIN_COMPACT_BYTES), so it holds at most that plus one record."""
+    return max(largest_snapshot, MIN_COMPACT_BYTES) + largest_snapshot + RECORD_SLACK_BYTES
+
+
 def window_median(values: list[float], window: int, last: bool) -> float:
     part = values[-window:] if last else values[:window]
     return statistics.median(part)
@@ -629,7 +636,7 @@ def soak(options: Options, say: Callable[[str], None] = print) -> Result:
         shutil.rmtree(base, ignore_errors=True)
         if problems:
             notes.append(f"containerd clean-up left: {problems}")
-    state_bound = max(largest_snapshot, MIN_COMPACT_BYTES) + largest_snapshot + RECORD_SLACK_BYTES
+    state_bound = compaction_bound(largest_snapshot)
     grown, judged = judge(samples, options, state_bound)
     violations.extend(grown)
     notes = judged + notes

@@ -16,6 +16,8 @@ from html import escape
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from bench.soak import compaction_bound
+
 if TYPE_CHECKING:
     from bench.soak import Result
 
@@ -28,6 +30,7 @@ PANELS: tuple[tuple[str, str, Any], ...] = (
     ("state folder (snapshot + journal)", "kB", lambda s: s["state_bytes"] / 1024),
     ("agent log (with its rotated file)", "kB", lambda s: s["log_bytes"] / 1024),
 )
+STATE_PANEL = 3
 
 
 def _y_range(high: float) -> tuple[float, float]:
@@ -64,7 +67,10 @@ def svg_text(document: dict[str, Any]) -> str:
     for index, (title, unit, value) in enumerate(PANELS):
         top = TOP + index * (PANEL_HEIGHT + GAP) + 14
         values = [value(s) for s in samples]
-        low, high = _y_range(max(values, default=1))
+        # The state panel also shows its bound (bench/soak.py), so its range reaches it.
+        bound = (compaction_bound(max(s["snapshot_bytes"] for s in samples)) / 1024
+                 if index == STATE_PANEL and samples else None)
+        low, high = _y_range(max(max(values, default=1), bound or 0))
 
         def y_of(v: float, top: float = top, low: float = low, high: float = high) -> float:
             return top + PANEL_HEIGHT - (v - low) / (high - low) * PANEL_HEIGHT
@@ -87,6 +93,12 @@ def svg_text(document: dict[str, Any]) -> str:
             minute = x_max * step / 5
             parts.append(f'<text x="{x_of(minute):.1f}" y="{top + PANEL_HEIGHT + 13}" '
                          f'text-anchor="middle">{_label(minute)} min</text>')
+        if bound is not None:
+            y = y_of(bound)
+            parts.append(f'<line x1="{LEFT}" y1="{y:.1f}" x2="{LEFT + plot_width}" y2="{y:.1f}" '
+                         'stroke="#c03030" stroke-dasharray="5,4"/>')
+            parts.append(f'<text x="{LEFT + plot_width - 4}" y="{y - 4:.1f}" text-anchor="end" '
+                         f'fill="#c03030">what compaction allows: {bound:.0f} kB</text>')
         points = " ".join(f"{x_of(m):.1f},{y_of(v):.1f}" for m, v in zip(minutes, values))
         parts.append(f'<polyline points="{points}" fill="none" stroke="#1f5fbf" '
                      'stroke-width="1.6"/>')
