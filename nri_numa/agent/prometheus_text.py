@@ -1,10 +1,9 @@
 """Prometheus's text exposition format (version 0.0.4) for the agent's few metric families.
 
 The agent used prometheus_client for this, but importing it loads its HTTP and TLS stack too
-(ssl, http.server, wsgiref, urllib.request, email): 4 MB of the agent's 40 MB idle RSS (9 MB
-in a bare interpreter; the agent already maps OpenSSL's libcrypto for hashlib), for ten
-families. What the agent needs is small: counters, one histogram, families built at scrape time,
-a registry of collectors, and the text.
+(ssl, http.server, wsgiref, urllib.request, email), a share of the agent's idle memory
+(bench/README.md) for ten families. What the agent needs is small: counters, one histogram,
+families built at scrape time, a registry of collectors, and the text.
 
 No ``_created`` samples: prometheus_client adds one per counter and histogram (as a separate
 gauge family in this format), the kubelet exposes none, and nothing here reads them.

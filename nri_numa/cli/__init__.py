@@ -62,9 +62,8 @@ def _hook(given: list[str], argv: list[str] | None) -> int:
 def _without_cyclic_gc(run: Any, *args: Any) -> int:
     """``run(*args)`` with the cyclic garbage collector off. A hook process lives well under a
     second; run in process, it allocates as it imports the engine, and the collector's passes
-    over everything loaded so far were ~10 ms of each run (36 passes on a 2-CPU VM) that found
-    nothing worth it. Reference counting still frees what it always frees; the process then
-    ends."""
+    over everything loaded so far find nothing worth freeing. Reference counting still frees
+    what it always frees; the process then ends."""
     import gc
 
     was_enabled = gc.isenabled()

@@ -2,9 +2,9 @@
 one-line errors every command shares.
 
 ``nri_numa.cli.main`` does so with every command. A hook run that no daemon took runs here with
-the hook's parser alone (``nri_numa.cli.__init__``): building the other nine commands' parsers,
-and importing their modules, cost each in-process hook run ~15 ms on a 2-CPU VM. Plain hook
-arguments, read as argparse would read them, skip argparse too (``run_parsed``)."""
+the hook's parser alone (``nri_numa.cli.__init__``): a hook run in process neither builds the
+other nine commands' parsers nor imports their modules. Plain hook arguments, read as argparse
+would read them, skip argparse too (``run_parsed``)."""
 
 from __future__ import annotations
 

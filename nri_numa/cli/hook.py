@@ -65,8 +65,7 @@ def plain_args(args: list[str]) -> SimpleNamespace | None:
     option's dest), read without argparse: a stage and options as the hook client reads them
     (nri_numa.hook.client.parse_hook_args), no value starting with "-" (argparse may take such
     a value for an option) and every ``--timeout`` a finite number. None for anything else,
-    which the parser judges. argparse with gettext, locale and shutil was ~8 ms of each in-process
-    hook run on a 2-CPU VM."""
+    which the parser judges (argparse, with the gettext, locale and shutil it loads)."""
     from nri_numa.hook.client import VALUE_OPTIONS, parse_hook_args
 
     parsed = parse_hook_args(args)

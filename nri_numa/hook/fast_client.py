@@ -2,11 +2,10 @@
 
     /opt/nri-numa/venv/bin/python3 -I -S .../nri_numa/hook/fast_client.py createRuntime ...
 
-Python compiles a script it is given by path at every run (5-10 ms of a 20 ms budget on the
-project's VM) but reads an imported module from its cached bytecode. So this file only puts its
-own folder at the end of ``sys.path`` (after the standard library: nothing here can shadow it)
-and imports the client, nri_numa/hook/fast_forward.py, which does the work with built-in modules
-only.
+Python compiles a script it is given by path at every run but reads an imported module from
+its cached bytecode. So this file only puts its own folder at the end of ``sys.path`` (after the
+standard library: nothing here can shadow it) and imports its neighbour,
+nri_numa/hook/fast_forward.py, which does the work.
 """
 
 import sys

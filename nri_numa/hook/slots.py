@@ -1,7 +1,7 @@
 """Turns for hooks that run in process: at most one per CPU loads the engine at a time.
 
-A hook that runs in process spends ~0.3 s of CPU importing the engine before it even waits for
-the ledger lock. Fifty of them started at once on two CPUs share the CPUs fairly, so all of them
+A hook that runs in process spends most of its CPU importing the engine before it even waits
+for the ledger lock. Fifty of them started at once on two CPUs share the CPUs fairly, so all of them
 are still importing when their deadline comes and none places anything. Taking a turn first
 (one lock file per CPU the hook may run on, ``<state-dir>/hook.turn.N``) lets the first few
 finish in time while the rest sleep and give up with a reason instead.

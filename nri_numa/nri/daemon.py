@@ -363,7 +363,7 @@ def _run(options: DaemonOptions, environ: dict[str, str], signals: StopSignals) 
             raise DaemonError(str(e)) from None
         # What start-up built (modules, the machine, the restored state) lives as long as the
         # agent: out of the cyclic collector's full passes, which otherwise walk it all while a
-        # runtime waits (50 ms at 2000 containers); each compaction freezes the state again
+        # runtime waits; each compaction freezes the state again
         # (nri_numa.nri.persistence). Objects freed later are still freed by their refcount.
         gc.freeze()
         if plan is not None:

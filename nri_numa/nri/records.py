@@ -176,7 +176,7 @@ class Records:
     def shared_updates_wire(self, field: int, skip: str | None = None) -> bytes:
         """``shared_updates`` as the protobuf encoding of a repeated ``ContainerUpdate`` field
         number ``field``, for a reply to parse in one call: a thousand shared containers are a
-        thousand updates, which built one message at a time took milliseconds."""
+        thousand updates, not to be built one message at a time."""
         shared, sent = self.shared, self.pool_sent
         # ``is`` first: two equal frozensets compare member by member.
         if shared is sent or shared == sent:

@@ -58,8 +58,8 @@ class FakeKubeletState:
     @cached_property
     def list_reply(self) -> pr.ListPodResourcesResponse:
         """The answer to List, built once per state (the server serializes it at every call).
-        Copying every pod into a new reply at every call took the fake 0.2-0.35 ms for 250
-        pods: Python's work, which a kubelet in Go does not do, in the bench's figures."""
+        Copying every pod into a new reply at every call would be Python's work, which a
+        kubelet in Go does not do, in the bench's figures."""
         return pr.ListPodResourcesResponse(pod_resources=self.pods)
 
     def pod(self, namespace: str, name: str) -> pr.PodResources | None:

@@ -67,8 +67,8 @@ class KubeletDeviceHints:
             return {}
         try:
             client = self._connect()
-            # The budget starts once grpcio is loaded (100-250 ms, once; warm_up does it and
-            # connects at start-up).
+            # The budget starts once grpcio is loaded (slow, once; warm_up does it and connects
+            # at start-up).
             entry = self._container(client, namespace, pod, container,
                                     self._clock() + self._budget_s)
         except Exception as e:  # noqa: BLE001 - a hint source must never fail a container

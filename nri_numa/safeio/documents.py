@@ -258,7 +258,7 @@ def _check_tag(node: Any) -> None:
 def documents(text: str, where: str) -> list[Any]:
     """Every document of a YAML text; a text that is a JSON object or array is read as JSON,
     without loading the YAML parser (short-lived hook processes would pay for it on every
-    container start, and it is a hundred times slower)."""
+    container start, and it is much slower)."""
     if text.lstrip().startswith(("{", "[")):
         try:
             return [load_json(text, where)]

@@ -239,8 +239,8 @@ class CheckpointStore:
         # indenting, which takes json's slow path) costs more than the rest of a decision.
         data = canonical(header)[:-1] + _PAYLOAD_KEY + body + _END
         # One temp name per process and thread, created afresh, instead of mkstemp's
-        # random names and buffered file object: a third of a write on tmpfs, and the runtime
-        # waits for it. Writers to one folder are one process at a time (the lock).
+        # random names and buffered file object, which the runtime would wait for. Writers to
+        # one folder are one process at a time (the lock).
         temp = f"{_TEMP_PREFIX}{os.getpid()}-{threading.get_ident()}"
         folder, fd = self._open_temp(temp)
         try:
@@ -248,8 +248,7 @@ class CheckpointStore:
                 try:
                     # Blocks allocated up front: for a file renamed over another, ext4
                     # otherwise allocates them and starts their writeback inside rename()
-                    # (auto_da_alloc), while the runtime waits for the answer. That was a third
-                    # of a write on disk.
+                    # (auto_da_alloc), while the runtime waits for the answer.
                     os.posix_fallocate(fd, 0, len(data))
                     safe_files.write_all(fd, data)
                     if self._fsync:
@@ -427,9 +426,8 @@ def _checksum_holds(raw: bytes, payload: dict[str, Any], checksum: Any) -> bool:
     ``save`` writes the payload last, as the very bytes it hashed. Bytes between the first
     ``,"payload":`` (a header's strings cannot hold its quotes) and the closing ``}`` that hash
     to ``checksum`` are, short of a forged sha256, those bytes: the payload's canonical JSON,
-    which encoding the parsed payload again (a third of reading a hook's checkpoint) would only
-    give back. A file laid out any other way (indented by hand, keys in another order) is
-    judged on the payload encoded again, as before."""
+    which encoding the parsed payload again would only give back. A file laid out any other way
+    (indented by hand, keys in another order) is judged on the payload encoded again."""
     start = raw.find(_PAYLOAD_KEY)
     if start >= 0 and raw.endswith(_END) \
             and sha256_hex(raw[start + len(_PAYLOAD_KEY):-len(_END)]) == checksum:

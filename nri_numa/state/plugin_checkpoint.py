@@ -55,7 +55,7 @@ JOURNAL_VERSION = 1
 TOKEN_KEY = "journal"  # the snapshot's payload member naming its journal
 # Compaction waits for at least this much journal: a compaction is a whole snapshot written
 # before an answer, so on a small ledger it must stay rarer than one event in a few hundred
-# (1 MiB is ~800 records; replaying them at start-up takes well under a second).
+# (1 MiB is ~800 records).
 MIN_COMPACT_BYTES = 1 << 20
 
 

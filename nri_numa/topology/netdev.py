@@ -8,7 +8,7 @@ last PCI address on that path. The ``device`` link alone is not enough: for virt
 ``/sys/class/net`` lists the netdevs of the network namespace that mounted sysfs, which need not
 be ours; on the live host netlink adds the links of our own namespace whose parent is a PCI
 function (recent kernels name it in IFLA_PARENT_DEV_NAME). Netlink is asked only when sysfs is
-not our namespace's: importing pyroute2 loads ~370 modules (0.1-1.3 s, +22 MB), and where
+not our namespace's: importing pyroute2 loads ~370 modules (its cost: bench/README.md), and where
 sysfs lists exactly our namespace's links (name, index and hardware address, checked with the
 standard library) netlink has nothing to add.
 """

@@ -36,7 +36,7 @@ from nri_numa.engine.cpu.packed import take_packed
 from nri_numa.engine.cpu.topology import CPUTopology
 
 # Work allowed for one k: combinations x remainder subsets x nodes scored. Every k on 8 NUMA
-# nodes (the kubelet's limit) fits: at most 16,384 at k = 5 or 6, ~15 ms of Python.
+# nodes (the kubelet's limit) fits: at most 16,384 at k = 5 or 6.
 SEARCH_BUDGET = 16_384
 
 Counts = dict[int, int]  # NUMA node → free CPUs

@@ -18,9 +18,9 @@ kubelet). CPUs the topology does not know are ignored (the kubelet would count t
 Regenerating the hints of a container that already holds CPUs is the caller's business, as in
 the kubelet: pass those CPUs as ``available`` and nothing as ``reusable``.
 
-Up to EXACT_NODE_LIMIT NUMA nodes every mask is listed, as in the kubelet: 4,095 at 12 nodes,
-about 2 ms once their Hint values are cached. Listing all 65,535 of 16 nodes would build about
-50 MB of hints and take ~0.4 s per admission (measured; see bench/bench_cpu.py). Past the limit
+Up to EXACT_NODE_LIMIT NUMA nodes every mask is listed, as in the kubelet: 4,095 at 12 nodes.
+Listing all 65,535 of 16 nodes at every admission would cost far more than the admission
+(bench/bench_cpu.py times it; bench/README.md). Past the limit
 the list holds, still in kubelet order, every hint of the narrowest widths — from the narrowest
 mask that fits up to min affinity (and, with ``align_by_socket``, up to the widest socket-aligned
 width) — at most MAX_LISTED_HINTS of them after looking at no more than MAX_VISITED_MASKS masks,

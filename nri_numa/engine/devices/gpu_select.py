@@ -24,10 +24,10 @@ Where we differ, on purpose:
   with nils; only full groups are candidates here.
 
 Bounded work: up to ``EXACT_MAX_GPUS`` (8) GPUs the search is exact: every candidate set, with the
-best division of each remainder memoised on its bitmask (at most 2**8 remainders; CPU-time p99
-about 1.5 ms). Above that, a greedy division seeded from each GPU in turn, improved by swapping
-GPUs between groups and then by exact re-divisions of the candidate group with each other group,
-stands in (polynomial; CPU-time p99 about 13 ms for 16 GPUs, see bench/bench_devices.py). It
+best division of each remainder memoised on its bitmask (at most 2**8 remainders). Above that,
+a greedy division seeded from each GPU in turn, improved by swapping GPUs between groups and
+then by exact re-divisions of the candidate group with each other group, stands in
+(polynomial; bench/bench_devices.py times both, bench/README.md has the figures). It
 gives the exact answer on every case of at most 8 GPUs in the tests, and on all but 2 of 1500
 random score matrices; ``GpuSelection.exact`` says which search ran. Asking for one GPU, or for
 all but at most one, leaves nothing to divide and stays exact at any size.

@@ -18,9 +18,9 @@
 Hint generation looks at every mask, 2**n - 1 of them for n NUMA nodes. Which masks could hold a
 request on an empty machine depends on the machine alone and is kept with the state's
 ``capacity``; free memory per mask comes from a table of sums over every mask, and the group rules
-are checked one by one only on the few groups already formed. On an empty machine that is about
-0.1 ms for the kubelet's limit of 8 nodes, 1 ms for 12, half a second for 16 (mostly making its
-65,535 hints). Past that the list itself is the problem (on an empty 32-node machine every mask
+are checked one by one only on the few groups already formed. That stays small up to the
+kubelet's limit of 8 nodes and grows with the 2**n masks past it (bench/README.md); from 16
+nodes on, the list itself is the problem (on an empty 32-node machine every mask
 fits a small request). The way out is structural: apart from single nodes and the groups
 already formed (a handful of masks), every hint is a set of unused nodes whose free memory covers
 the request, and adding an unused node never uncovers it, so those hints are exactly the supersets
