@@ -74,11 +74,7 @@ def guest(vm_layout: Layout, tmp_path_factory: pytest.TempPathFactory) -> Iterat
         return
     vm = VmDir(tmp_path_factory.mktemp("numa-vm"))
     layout_file = os.environ.get(LAYOUT_ENV, str(DEFAULT_LAYOUT))
-    try:
-        up(vm, layout_file)
-    except BaseException:
-        down(vm)
-        raise
+    up(vm, layout_file)  # stops what it started when it fails
     try:
         yield Guest(vm, vm_layout, float(vm.ready.read_text()))
     finally:

@@ -254,6 +254,14 @@ def up(vm: VmDir, layout_file: str) -> Layout:
         raise VmError(f"{QEMU} is not installed (Debian package qemu-system-x86; scripts/vm-deps installs it)")
     if vm.pid() is not None:
         raise VmError(f"a guest already runs in {vm.path} (numa-vm down {vm.path} first)")
+    try:
+        return boot(vm, layout, layout_file, began)
+    except BaseException:  # a failure or Ctrl-C: nothing of this guest stays running
+        down(vm)
+        raise
+
+
+def boot(vm: VmDir, layout: Layout, layout_file: str, began: float) -> Layout:
     vm.path.mkdir(parents=True, exist_ok=True)
     vm.ready.unlink(missing_ok=True)
     image = current_image()
@@ -338,11 +346,7 @@ def main(argv: list[str] | None = None) -> int:
             if os.geteuid() != 0:
                 raise VmError("must run as root (the image lives in /var/cache/nri-numa; scripts/vm-deps builds it)")
             signal.signal(signal.SIGTERM, _raise_interrupt)
-            try:
-                up(vm, args.layout)
-            except BaseException:
-                down(vm)
-                raise
+            up(vm, args.layout)
             return 0
         if args.command == "exec":
             cmd = args.cmd[1:] if args.cmd[:1] == ["--"] else args.cmd

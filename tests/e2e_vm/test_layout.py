@@ -114,3 +114,14 @@ def test_exec_quotes_every_word_for_the_guests_shell() -> None:
     command = remote_command(["echo", "a b", "c;d", "$HOME", "it's"])
     assert command.startswith("cd /opt/nri-numa/src && exec ")
     assert shlex.split(command.split("exec ", 1)[1]) == ["echo", "a b", "c;d", "$HOME", "it's"]
+
+
+def test_up_where_a_guest_runs_refuses_and_leaves_that_guest_alone(tmp_path: Path, capsys, monkeypatch) -> None:
+    stopped = []
+    monkeypatch.setattr("os.geteuid", lambda: 0)
+    monkeypatch.setattr("shutil.which", lambda name: f"/usr/bin/{name}")
+    monkeypatch.setattr("tests.e2e_vm.numa_vm.VmDir.pid", lambda self: 4242)
+    monkeypatch.setattr("tests.e2e_vm.numa_vm.down", lambda vm: stopped.append(vm))
+    assert main(["up", str(tmp_path), "--layout", "snc2"]) == 1
+    assert "a guest already runs in" in capsys.readouterr().err
+    assert stopped == []
