@@ -4,6 +4,8 @@ reservedSystemCPUs, as a node with full-pcpus-only would."""
 
 from __future__ import annotations
 
+from nri_numa.engine.cpu.take import take_cpus
+from nri_numa.engine.cpu.topology import cpu_topology
 from tests.e2e_vm.layout import LAYOUT_NIC_RESOURCE, Layout, Node
 
 MEMORY_TOUCHED_MIB = 256
@@ -73,12 +75,70 @@ def memory_pods(layout: Layout) -> list[dict[str, object]]:
              "wait_anon_mib": MEMORY_TOUCHED_MIB}]
 
 
+# The container maps HUGEPAGES_MIB of anonymous 2 MiB pages (MAP_HUGETLB) and writes one byte
+# into each, so the kernel takes every page from a node's pool. The busybox image has no Python:
+# the guest's /usr is mounted read-only at /host/usr and its python3 started through its loader.
+MAP_HUGETLB = 0x40000
+GUEST_USR = "/host/usr"
+TOUCH_HUGEPAGES_PY = (
+    "import mmap, sys, time\n"
+    f"size = {HUGEPAGES_MIB} << 20\n"
+    f"m = mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | {MAP_HUGETLB:#x})\n"
+    "for offset in range(0, size, 2 << 20):\n"
+    "    m[offset] = 1\n"
+    "print('touched', flush=True)\n"
+    "time.sleep(86400)\n")
+TOUCH_HUGEPAGES = [f"{GUEST_USR}/lib/x86_64-linux-gnu/ld-linux-x86-64.so.2",
+                   "--library-path", f"{GUEST_USR}/lib/x86_64-linux-gnu",
+                   f"{GUEST_USR}/bin/python3", "-S", "-c", TOUCH_HUGEPAGES_PY]
+
+
 def hugepage_pods(layout: Layout) -> list[dict[str, object]]:
     return [{"name": "hugepages", "cpu_m": threads(layout) * 1000, "memory_mib": 64,
-             "hugepages_2m_mib": HUGEPAGES_MIB}]
+             "hugepages_2m_mib": HUGEPAGES_MIB, "command": TOUCH_HUGEPAGES,
+             "mounts": [["/usr", GUEST_USR]], "env": {"PYTHONHOME": GUEST_USR},
+             "wait_hugetlb_mib": HUGEPAGES_MIB}]
 
 
 RECONCILE_PERIOD_S = 2
+ONE_VERSION = "2.1.9"  # runs the scenarios where the containerd version does not matter
+
+
+def distribute_config(layout: Layout) -> dict[str, object]:
+    """distribute-cpus-across-numa under topologyManagerPolicy none: no NUMA hint narrows the
+    choice first, so the option alone decides which nodes a pod wider than a node gets."""
+    return {**base_config(layout), "topologyManagerPolicy": "none",
+            "cpuManagerPolicyOptions": {"full-pcpus-only": "true", "distribute-cpus-across-numa": "true"}}
+
+
+def free_per_node(layout: Layout) -> dict[int, int]:
+    reserved = set(reserved_cpus(layout))
+    return {n.id: len(set(n.cpus) - reserved) for n in cpu_nodes(layout)}
+
+
+def spread_cpus(layout: Layout) -> int:
+    """A pod wider than any node: twice the largest node's free CPUs where two nodes have that
+    many (an even split is possible), else the largest node and one core more. 0: one node only."""
+    free = sorted(free_per_node(layout).values(), reverse=True)
+    if len(free) < 2:
+        return 0
+    if free[0] == free[1]:
+        return 2 * free[0]
+    return free[0] + threads(layout) if free[0] + threads(layout) <= sum(free) else 0
+
+
+def engine_choice(layout: Layout, count: int, distribute: bool) -> frozenset[int]:
+    """The CPUs nri-numa's engine takes for ``count`` whole cores out of every CPU but the
+    reserved ones, on the layout's CPUs (each core named by its first CPU)."""
+    records = [{"cpu": cpu, "core": core[0], "socket": n.socket, "numa": n.id}
+               for n in cpu_nodes(layout) for core in n.siblings for cpu in core]
+    available = {r["cpu"] for r in records} - set(reserved_cpus(layout))
+    return take_cpus(cpu_topology(records), available, count, distribute_across_numa=distribute,
+                     cpu_group_size=threads(layout))
+
+
+def distribute_pods(layout: Layout) -> list[dict[str, object]]:
+    return [{"name": "spread", "cpu_m": spread_cpus(layout) * 1000}]
 
 
 def nic_pods(layout: Layout) -> list[dict[str, object]]:
@@ -98,6 +158,9 @@ def plan(layout: Layout, containerd: str) -> dict[str, object]:
                  {"name": "memory", "config": memory_config(layout), "pods": memory_pods(layout)}]
     if any(d.kind == "nic" for d in layout.pci):
         scenarios.append({"name": "devices", "config": base_config(layout), "pods": nic_pods(layout)})
+    if containerd == ONE_VERSION and spread_cpus(layout):
+        scenarios.append({"name": "distribute", "config": distribute_config(layout),
+                          "pods": distribute_pods(layout)})
     if any(n.hugepages_2m * 2 >= HUGEPAGES_MIB for n in layout.nodes):
         scenarios.append({"name": "hugepages", "config": memory_config(layout), "pods": hugepage_pods(layout)})
     return {"containerd": containerd, "scenarios": scenarios}

@@ -9,8 +9,14 @@ The plan (written by the tests on the host, tests/e2e_vm/guest_plan.py):
                     "pods": [{"name": "g2", "cpu_m": 2000, "memory_mib": 64,
                               "command": ["sh", "-c", "..."],     (optional)
                               "hugepages_2m_mib": 0,               (optional)
-                              "wait_anon_mib": 256}]}]}            (optional: wait until the
+                              "wait_anon_mib": 256,                (optional: wait until the
                                                                     container holds this much anon)
+                              "mounts": [["/usr", "/host/usr"]],   (optional: read-only binds)
+                              "env": {"PYTHONHOME": "/host/usr"},  (optional)
+                              "wait_hugetlb_mib": 16}]}]}          (optional: wait until its
+                                                                    hugetlb.2MB.current is this much;
+                                                                    each node's free 2 MiB pages are
+                                                                    read before and after)
 Each scenario gets a fresh `nri-numa run` (its own state folder) on the one containerd, its pods
 are run in order and all removed at its end. The answer, per scenario and pod: the container's
 cgroup (from /proc/<pid>/cgroup), its cpuset files, Cpus/Mems_allowed_list inside it, its
@@ -82,13 +88,52 @@ def container_config(pod: Pod, spec: dict, image_ref: str):  # -> cri.ContainerC
     if hugepages:
         limit = config.linux.resources.hugepage_limits.add()
         limit.page_size, limit.limit = "2MB", hugepages * MiB
+    for host_path, container_path in spec.get("mounts", []):
+        config.mounts.add(host_path=host_path, container_path=container_path, readonly=True)
+    for key, value in spec.get("env", {}).items():
+        config.envs.add(key=key, value=value)
     return config
+
+
+def free_hugepages() -> dict[int, int]:
+    """free_hugepages of every node's 2 MiB pool."""
+    nodes = Path("/sys/devices/system/node")
+    return {int(node.name[4:]): int((node / "hugepages/hugepages-2048kB/free_hugepages").read_text())
+            for node in sorted(nodes.glob("node[0-9]*"))}
+
+
+def wait_hugetlb(layout: CgroupLayout, cgroup: str, at_least: int) -> int:
+    """hugetlb.2MB.current of the cgroup once it holds at_least bytes (or at the deadline)."""
+    current = layout.mount / cgroup.lstrip("/") / "hugetlb.2MB.current"
+    deadline = time.monotonic() + WAIT_ANON_TIMEOUT_S
+    while True:
+        held = int(current.read_text())
+        if held >= at_least or time.monotonic() > deadline:
+            return held
+        time.sleep(0.5)
+
+
+def huge_pages_by_node(pid: int) -> dict[int, int]:
+    """The huge pages of the process's mappings per node, from /proc/PID/numa_maps (N<node>=pages
+    on the lines marked huge)."""
+    pages: dict[int, int] = {}
+    for line in Path(f"/proc/{pid}/numa_maps").read_text().splitlines():
+        fields = line.split()
+        if "huge" not in fields:
+            continue
+        for field in fields:
+            if field.startswith("N") and "=" in field:
+                node, count = field[1:].split("=")
+                pages[int(node)] = pages.get(int(node), 0) + int(count)
+    return pages
 
 
 def run_pod(client: CriClient, layout: CgroupLayout, spec: dict, image_ref: str) -> dict:
     pod = Pod(spec["name"], (resources(spec),), cgroup_driver="systemd",
               annotations=tuple(spec.get("annotations", {}).items()))
     got: dict[str, object] = {"cgroup_parent": pod.cgroup_parent, "qos": pod.qos.value}
+    if spec.get("wait_hugetlb_mib"):
+        got["free_hugepages_before"] = free_hugepages()
     began = time.monotonic()
     sandbox = client.run_pod(pod)
     try:
@@ -113,6 +158,10 @@ def run_pod(client: CriClient, layout: CgroupLayout, spec: dict, image_ref: str)
     hugetlb = layout.mount / cgroup.lstrip("/") / "hugetlb.2MB.max"
     if hugetlb.is_file():
         got["hugetlb_2mb_max"] = hugetlb.read_text().strip()
+    if spec.get("wait_hugetlb_mib"):
+        got["hugetlb_2mb_current"] = wait_hugetlb(layout, cgroup, spec["wait_hugetlb_mib"] * MiB)
+        got["free_hugepages_after"] = free_hugepages()
+        got["huge_pages_by_node"] = huge_pages_by_node(int(info["pid"]))  # type: ignore[arg-type]
     return got
 
 

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.e2e_vm import guest_plan
 from tests.e2e_vm.layout import LAYOUTS_DIR, LayoutError, load_layout, parse_layout, qemu_pci_args, qemu_topology_args
 from tests.e2e_vm.numa_vm import main, remote_command
 
@@ -125,3 +126,14 @@ def test_up_where_a_guest_runs_refuses_and_leaves_that_guest_alone(tmp_path: Pat
     assert main(["up", str(tmp_path), "--layout", "snc2"]) == 1
     assert "a guest already runs in" in capsys.readouterr().err
     assert stopped == []
+
+
+def test_on_snc2_the_spread_pod_tells_distributing_from_packing() -> None:
+    """The guest's distribute check holds only if the agent applied the option: on snc2 the
+    packed algorithm would give the wide pod one whole socket, the distributed one two nodes of
+    different sockets (its node order puts the socket with fewer free CPUs first)."""
+    layout = load_layout("snc2")
+    wanted = guest_plan.spread_cpus(layout)
+    assert wanted == 4
+    assert guest_plan.engine_choice(layout, wanted, distribute=False) == {4, 5, 6, 7}
+    assert guest_plan.engine_choice(layout, wanted, distribute=True) == {2, 3, 4, 5}

@@ -128,6 +128,56 @@ def test_hugepages_are_placed_on_a_node_that_has_them(pods_run: dict, vm_layout:
     assert {"resource": "hugepages-2Mi", "numa_nodes": [node], "bytes": guest_plan.HUGEPAGES_MIB * MiB} in records
 
 
+def test_the_huge_pages_a_container_touches_come_from_the_chosen_nodes_pool(pods_run: dict,
+                                                                           vm_layout: Layout) -> None:
+    """The container maps HUGEPAGES_MIB of MAP_HUGETLB memory and writes into every page: the
+    pages leave the chosen node's free_hugepages and no other node's."""
+    if "hugepages" not in pods_run["scenarios"]:
+        pytest.skip(f"no node of layout {vm_layout.name} has {guest_plan.HUGEPAGES_MIB} MiB of 2 MiB pages")
+    placed = pod(scenario(pods_run, "hugepages"), "hugepages")
+    node = int(placed["mems_effective"])
+    pages = guest_plan.HUGEPAGES_MIB // 2
+    assert placed["hugetlb_2mb_current"] == guest_plan.HUGEPAGES_MIB * MiB, placed
+    before = {int(k): v for k, v in placed["free_hugepages_before"].items()}
+    after = {int(k): v for k, v in placed["free_hugepages_after"].items()}
+    dropped = {n: before[n] - after[n] for n in before}
+    assert dropped == {n: pages if n == node else 0 for n in before}, f"node {node}: {before} -> {after}"
+    assert {int(k): v for k, v in placed["huge_pages_by_node"].items()} == {node: pages}, placed
+
+
+def test_without_the_memory_manager_mems_are_left_alone(pods_run: dict, vm_layout: Layout) -> None:
+    """The kubelet's CPU Manager sets no cpuset.mems: a Guaranteed container without the Memory
+    Manager may take memory from every node."""
+    got = scenario(pods_run, "cpu")
+    every_node = {n.id for n in vm_layout.nodes}
+    for name in ("whole-node", "one-core"):
+        placed = pod(got, name)
+        assert placed["mems"] == "", f"{name}: cpuset.mems {placed['mems']!r}"
+        assert parse_list(placed["mems_effective"]) == every_node == parse_list(placed["inside_mems"]), placed
+
+
+@pytest.mark.parametrize("pods_run", [guest_plan.ONE_VERSION], indirect=True)
+def test_distribute_cpus_across_numa_spreads_a_wide_pod_evenly(pods_run: dict, vm_layout: Layout) -> None:
+    """A Guaranteed pod wider than any node, under distribute-cpus-across-numa (topology policy
+    none): its whole cores split evenly over the fewest nodes that hold it, and they are the
+    distributed algorithm's CPUs (on snc2 not the packed algorithm's: see test_layout.py)."""
+    wanted = guest_plan.spread_cpus(vm_layout)
+    if not wanted:
+        pytest.skip(f"layout {vm_layout.name} has no two nodes with free CPUs")
+    placed = pod(scenario(pods_run, "distribute"), "spread")
+    cpus = parse_list(placed["cpus_effective"])
+    assert parse_list(placed["cpus"]) == cpus == parse_list(placed["inside_cpus"]), placed
+    assert len(cpus) == wanted and not cpus & set(guest_plan.reserved_cpus(vm_layout)), placed
+    per_node = {n: len(cpus & set(vm_layout.node(n).cpus)) for n in nodes_of(vm_layout, cpus)}
+    free = sorted(guest_plan.free_per_node(vm_layout).values(), reverse=True)
+    fewest = next(k for k in range(1, len(free) + 1) if sum(free[:k]) >= wanted)
+    assert len(per_node) == fewest, per_node
+    assert max(per_node.values()) - min(per_node.values()) <= guest_plan.threads(vm_layout), per_node
+    cores = [set(group) for n in vm_layout.nodes for group in n.siblings]
+    assert all(core <= cpus or not core & cpus for core in cores), f"a core split in {cpus}"
+    assert cpus == guest_plan.engine_choice(vm_layout, wanted, distribute=True), placed
+
+
 def test_a_cpuset_changed_behind_the_agents_back_is_repaired(pods_run: dict) -> None:
     """cpuset.cpus of a scope widened to every CPU; the periodic check puts it back through NRI
     (containerd, runc update, systemd's AllowedCPUs)."""
@@ -164,3 +214,4 @@ def test_a_nic_asked_by_annotation_brings_the_cpus_to_its_node(pods_run: dict, v
     (record,) = json.loads(got["state"]["stdout"])["containers"]
     assert list(record["devices"]) == [guest_plan.LAYOUT_NIC_RESOURCE]
     assert f"devices {guest_plan.LAYOUT_NIC_RESOURCE}=" in got["agent_log"]
+
