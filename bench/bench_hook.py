@@ -20,9 +20,9 @@ Each hook run is ``createRuntime`` of a new container asking for one exclusive C
 tmpfs), so the figure is the hook's own cost, not runc's, and the bench needs neither root nor a
 runtime. Each ledger already holds ``--containers`` placed containers (half exclusive, half
 shared, the shared ones moved by every run) on a synthetic preset given with ``--topology``, as
-the hook's installation would. Targets: createRuntime p50 ≤ 20 ms with the daemon through the
-fastest client there is (the C client; the fast client where it could not be built), ≤ 100 ms
-in process.
+the hook's installation would. Targets (issue 24): createRuntime p50 with the daemon ≤ 15 ms
+through the C client (left out where it could not be built) and ≤ 30 ms through the Python fast
+client; ≤ 300 ms in process, the fallback without a daemon.
 """
 
 from __future__ import annotations
@@ -44,8 +44,9 @@ from nri_numa.hook import c_client
 from nri_numa.topology.synthetic import preset_topology
 from tests.integration.hook.fake_host import FakeHost, oci_state, topology_file, write_bundle
 
-TARGET_DAEMON_MS = 20.0
-TARGET_IN_PROCESS_MS = 100.0
+TARGET_C_CLIENT_MS = 15.0
+TARGET_FAST_CLIENT_MS = 30.0
+TARGET_IN_PROCESS_MS = 300.0
 REPO = Path(__file__).resolve().parents[1]
 FAST_CLIENT = REPO / "nri_numa" / "hook" / "fast_client.py"
 
@@ -203,9 +204,11 @@ def main() -> int:
           f"{' '.join(f'{x:.2f}' for x in load_after)} (wall times grow with it; the CPU times "
           "much less)")
     verdicts = []
-    fastest = "C client, daemon" if compiled is not None else "fast client, daemon"
-    for name, target in ((fastest, TARGET_DAEMON_MS),
-                         ("fast client, no daemon (in process)", TARGET_IN_PROCESS_MS)):
+    targets = {"C client, daemon": TARGET_C_CLIENT_MS, "fast client, daemon": TARGET_FAST_CLIENT_MS,
+               "fast client, no daemon (in process)": TARGET_IN_PROCESS_MS}
+    for name, target in targets.items():
+        if name not in results:  # no C compiler
+            continue
         p50 = statistics.median(c.wall_ms for c, _ in results[name])
         passed = p50 <= target
         verdicts.append(passed)
