@@ -235,6 +235,26 @@ def test_records_round_trip_in_order():
     assert list(records_from_dict(data)[1]) == ["c1", "c2"]
 
 
+@pytest.mark.parametrize("record", [None, [], "pod", 3])
+def test_a_record_that_is_no_object_is_refused_naming_it(record):
+    data = json.loads(json.dumps(records_to_dict(*_records())))
+    data["pods"][0] = record
+    data["containers"][1] = record
+    with pytest.raises(RecordError) as e:
+        records_from_dict(data)
+    assert str(e.value) == f"pods[0] must be an object, not {type(record).__name__}"
+    del data["pods"][0]
+    with pytest.raises(RecordError) as e:
+        records_from_dict(data)
+    assert str(e.value).startswith("containers[1] must be an object")
+
+
+def test_a_pod_records_annotations_are_read_only():
+    pods, _ = _records()
+    with pytest.raises(TypeError):
+        pods["sb1"].annotations["a"] = "c"  # read-only, as __post_init__ makes it
+
+
 @pytest.mark.parametrize("path, value, message", [
     (("containers", 0, "cpus"), "0-", "containers\\[0\\]: bad element"),
     (("containers", 0, "exclusive"), "yes", "containers\\[0\\].exclusive must be true or false"),
