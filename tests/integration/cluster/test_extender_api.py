@@ -5,6 +5,7 @@ exactly what the extender uses: each of its permissions taken away in turn break
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from pathlib import Path
@@ -224,3 +225,19 @@ def test_the_packaged_cluster_role_holds_exactly_what_the_extender_uses(api, cap
                 f"{taken[1]} {rule['resources']} is granted for nothing: {results[taken]}")
     finally:
         kube.apply([role])
+
+
+def test_the_packaged_extender_manifests_are_accepted_by_a_real_api_server(api):
+    """Every object of packaging/kubernetes/scheduler-extender.yaml (the NetworkPolicy, the
+    Deployment's security context and TLS volume, the Service) passes the API server's own
+    validation, server side."""
+    import yaml
+
+    _, kube = api
+    documents = list(yaml.safe_load_all(MANIFESTS.read_text()))
+    out = kube.kubectl("apply", "--dry-run=server", "-f", "-", stdin=json.dumps(
+        {"apiVersion": "v1", "kind": "List", "items": documents}))
+    kinds = {d["kind"] for d in documents}
+    assert kinds == {"ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Deployment",
+                     "Service", "NetworkPolicy"}
+    assert out.count("(server dry run)") == len(documents), out
