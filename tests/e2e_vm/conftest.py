@@ -121,6 +121,11 @@ def summary(version: str, answer: dict) -> str:
         parts.append(f"{name} {got.get('seconds')} s")
         for pod_name, drift in got.get("drift", {}).items():
             parts.append(f"drift {pod_name} repaired in {drift.get('repaired_after_s')} s")
+        if "churn" in got:
+            churn = got["churn"]
+            parts.append(f"churn: containerd restarted in {churn.get('containerd_restart_s')} s and "
+                         f"{churn.get('second_containerd_restart_s')} s, new agent connected in "
+                         f"{churn.get('agent_connect_s')} s, reconnected in {churn.get('agent_reconnect_s')} s")
         if "restart" in got:
             parts.append(f"restart: connected {got['restart']['connect_s']} s, "
                          f"synchronized {got['restart']['synchronized_s']} s")

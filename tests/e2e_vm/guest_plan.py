@@ -147,6 +147,17 @@ def nic_pods(layout: Layout) -> list[dict[str, object]]:
              "annotations": {"numa.nri.io/devices.work": f"{LAYOUT_NIC_RESOURCE}=1"}}]
 
 
+def churn_scenario(layout: Layout) -> dict[str, object]:
+    """A Guaranteed pod and a BestEffort one stay; one-core pods are created and removed in a
+    loop (one kept alive at a time) while the agent is killed with SIGKILL, a pod is created
+    with no agent, containerd is restarted, a new agent starts, containerd restarts again."""
+    return {"name": "churn", "config": {**base_config(layout), "cpuManagerReconcilePeriod": f"{RECONCILE_PERIOD_S}s"},
+            "pods": [{"name": "besteffort", "besteffort": True},
+                     {"name": "stays", "cpu_m": threads(layout) * 1000}],
+            "churn": {"cpu_m": threads(layout) * 1000, "keep": 1, "max_pods": 40, "pause_s": 1.0,
+                      "before_kill_s": 8.0, "after_restart_s": 6.0, "join_timeout_s": 180.0}}
+
+
 def plan(layout: Layout, containerd: str) -> dict[str, object]:
     # The cpu scenario also widens two cpusets behind the agent's back (drift repair), then
     # kills the agent and starts it again on its state (restart), then runs one more pod.
@@ -158,6 +169,8 @@ def plan(layout: Layout, containerd: str) -> dict[str, object]:
                  {"name": "memory", "config": memory_config(layout), "pods": memory_pods(layout)}]
     if any(d.kind == "nic" for d in layout.pci):
         scenarios.append({"name": "devices", "config": base_config(layout), "pods": nic_pods(layout)})
+    if containerd == ONE_VERSION:
+        scenarios.append(churn_scenario(layout))
     if containerd == ONE_VERSION and spread_cpus(layout):
         scenarios.append({"name": "distribute", "config": distribute_config(layout),
                           "pods": distribute_pods(layout)})

@@ -32,6 +32,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import traceback
 from pathlib import Path
@@ -41,6 +42,7 @@ import grpc
 import tests.e2e.nri_agent as nri_agent
 from tests.e2e.harness.cgroups import CgroupLayout, allowed_inside, detect_layout, process_cgroup, read_cpuset
 from tests.e2e.harness.containerd import ContainerdDaemon
+from tests.e2e.cri import api_pb2 as cri
 from tests.e2e.harness.cri import CriClient, Pod, Resources
 from tests.e2e.harness.image import build_image, import_image
 from tests.e2e.harness.runtimes import find_runtimes
@@ -49,6 +51,7 @@ MiB = 1 << 20
 GUEST_AGENT = Path("/usr/local/bin/nri-numa")  # scripts/vm-deps: the checkout's nri_numa, on the src disk
 WAIT_ANON_TIMEOUT_S = 120.0
 DRIFT_REPAIR_TIMEOUT_S = 60.0
+RECONCILE_WAIT_S = 2.0  # the churn scenario's cpuManagerReconcilePeriod
 AGENT_ARGS = ("--pod-resources-socket", "", "--metrics-address", "off")
 
 
@@ -136,6 +139,7 @@ def run_pod(client: CriClient, layout: CgroupLayout, spec: dict, image_ref: str)
         got["free_hugepages_before"] = free_hugepages()
     began = time.monotonic()
     sandbox = client.run_pod(pod)
+    got["sandbox_id"] = sandbox
     try:
         container = client.create_container(sandbox, container_config(pod, spec, image_ref))
     except grpc.RpcError as exc:
@@ -210,6 +214,131 @@ def restart_agent(daemon: ContainerdDaemon, agent: nri_agent.Agent, client: CriC
             "cpus_effective_before": before, "cpus_effective": shared_pool_now(client, layout, live)}
 
 
+def churn_and_restart(daemon: ContainerdDaemon, agent: nri_agent.Agent, client: CriClient,
+                      layout: CgroupLayout, image_ref: str, churn: dict, live: dict[str, str]) -> dict[str, object]:
+    """Pods created and removed in a loop (a thread; the oldest of its pods is removed before
+    the next is created when churn["keep"] are alive) while the agent is killed with SIGKILL, one more pod is created with no agent,
+    containerd is restarted, a new agent is started on the same state, and containerd is
+    restarted once more under that agent. The churn's surviving pods join ``live``. What
+    happened, with guest seconds; failed CRI calls are expected while containerd is down."""
+    began = time.monotonic()
+    events: list[list[object]] = []
+    stop = threading.Event()
+
+    def note(what: str) -> None:
+        events.append([round(time.monotonic() - began, 2), what])
+
+    def churn_loop() -> None:
+        running: list[tuple[str, str]] = []  # (name, sandbox id), oldest first
+        failed: set[str] = set()  # pods whose run_pod failed part-way: removed as the kubelet would
+        for i in range(1, churn["max_pods"] + 1):
+            if stop.is_set():
+                break
+            failed -= collect(client, failed, note)
+            while len(running) >= churn["keep"]:
+                name, sandbox = running.pop(0)
+                live.pop(name, None)
+                remove_quietly(client, sandbox, note)
+                note(f"{name} removed")
+            spec = {"name": f"churn-{i}", "cpu_m": churn["cpu_m"]}
+            try:
+                got = run_pod(client, layout, spec, image_ref)
+            except Exception as exc:  # noqa: BLE001 - containerd may be restarting
+                note(f"churn-{i}: {type(exc).__name__}: {str(exc).splitlines()[0][:200]}")
+                failed.add(f"churn-{i}")
+                time.sleep(churn["pause_s"])
+                continue
+            if got["created"]:
+                note(f"churn-{i} created: {got['cpus_effective']}")
+                running.append((spec["name"], str(got["sandbox_id"])))
+                live[spec["name"]] = str(got["container_id"])
+            else:
+                note(f"churn-{i} refused: {got['error']}")
+                remove_quietly(client, str(got["sandbox_id"]), note)
+            time.sleep(churn["pause_s"])
+        deadline = time.monotonic() + churn["join_timeout_s"] / 2
+        while failed and time.monotonic() < deadline:
+            failed -= collect(client, failed, note)
+        note(f"churn stopped{', not removed: ' + ', '.join(sorted(failed)) if failed else ''}")
+
+    worker = threading.Thread(target=churn_loop, name="churn", daemon=True)
+    worker.start()
+    restarts: dict[str, object] = {}
+    time.sleep(churn["before_kill_s"])
+    agent.kill()
+    note("agent killed (SIGKILL)")
+    try:
+        got = run_pod(client, layout, {"name": "while-agent-down", "cpu_m": churn["cpu_m"]}, image_ref)
+        note(f"while-agent-down created={got['created']}: {got.get('cpus_effective', got.get('error'))}")
+        if got["created"]:
+            live["while-agent-down"] = str(got["container_id"])
+    except Exception as exc:  # noqa: BLE001
+        note(f"while-agent-down: {type(exc).__name__}: {str(exc).splitlines()[0][:200]}")
+    restarts["containerd_restart_s"] = round(daemon.stop() + daemon.start(timeout_s=180), 2)
+    note("containerd restarted")
+    synchronized = agent.log_count("synchronized:")
+    restarts["agent_connect_s"] = round(nri_agent.start_and_connect(daemon, agent, timeout_s=120), 2)
+    agent.wait_log("synchronized:", count=synchronized + 1, timeout_s=120)
+    note("new agent connected and synchronized")
+    time.sleep(churn["after_restart_s"])
+    synchronized = agent.log_count("synchronized:")
+    connected = nri_agent.connected_count(daemon, agent)
+    restarts["second_containerd_restart_s"] = round(daemon.stop() + daemon.start(timeout_s=180), 2)
+    note("containerd restarted under the running agent")
+    wait = time.monotonic()
+    nri_agent.wait_until(lambda: nri_agent.connected_count(daemon, agent) > connected, 120,
+                         "the agent to reconnect to the restarted containerd", poll_s=0.2)
+    agent.wait_log("synchronized:", count=synchronized + 1, timeout_s=120)
+    restarts["agent_reconnect_s"] = round(time.monotonic() - wait, 2)
+    note("agent reconnected and synchronized")
+    time.sleep(churn["after_restart_s"])
+    stop.set()
+    worker.join(churn["join_timeout_s"])
+    restarts["churn_stopped"] = not worker.is_alive()
+    # One periodic check after the churn, so the ledger has seen the last changes.
+    time.sleep(2 * RECONCILE_WAIT_S)
+    return {"events": events, **restarts}
+
+
+def collect(client: CriClient, names: set[str], note) -> set[str]:  # noqa: ANN001
+    """Removes every sandbox of the pods named (a RunPodSandbox or CreateContainer that failed
+    while containerd went down may still have made one); the names done."""
+    if not names:
+        return set()
+    try:
+        sandboxes = [(s.metadata.name, s.id) for s in client.list_pods() if s.metadata.name in names]
+        for name, sandbox in sandboxes:
+            client.stop_pod(sandbox)
+            client.remove_pod(sandbox)
+            note(f"{name} removed after its failure (sandbox {sandbox[:12]})")
+    except Exception as exc:  # noqa: BLE001 - tried again on the next round
+        note(f"collecting {sorted(names)}: {type(exc).__name__}: {str(exc).splitlines()[0][:200]}")
+        return set()
+    return set(names)
+
+
+def remove_quietly(client: CriClient, sandbox: str, note) -> None:  # noqa: ANN001
+    try:
+        client.stop_pod(sandbox)
+        client.remove_pod(sandbox)
+    except Exception as exc:  # noqa: BLE001 - removed at the scenario's end instead
+        note(f"removing {sandbox[:12]}: {type(exc).__name__}: {str(exc).splitlines()[0][:200]}")
+
+
+def live_containers(client: CriClient, layout: CgroupLayout) -> dict[str, dict[str, str]]:
+    """Every container containerd knows that is created or running, with its cgroup and
+    cpuset files."""
+    found = {}
+    for container in client.list_containers():
+        if container.state not in (cri.CONTAINER_CREATED, cri.CONTAINER_RUNNING):
+            continue
+        cgroup = process_cgroup(int(client.container_info(container.id)["pid"]), layout)  # type: ignore[arg-type]
+        cpuset = read_cpuset(layout, cgroup)
+        found[container.id] = {"state": cri.ContainerState.Name(container.state), "cgroup": cgroup, "cpus": cpuset.cpus, "cpus_effective": cpuset.effective_cpus,
+                               "sandbox_id": container.pod_sandbox_id}
+    return found
+
+
 def run_scenario(daemon: ContainerdDaemon, layout: CgroupLayout, image_ref: str, scenario: dict,
                  folder: Path) -> dict:
     result: dict[str, object] = {"pods": {}}
@@ -230,6 +359,9 @@ def run_scenario(daemon: ContainerdDaemon, layout: CgroupLayout, image_ref: str,
                 result["pods"][spec["name"]] = run_pod(client, layout, spec, image_ref)  # type: ignore[index]
                 if result["pods"][spec["name"]].get("created"):  # type: ignore[index]
                     live[spec["name"]] = result["pods"][spec["name"]]["container_id"]  # type: ignore[index]
+        if scenario.get("churn"):
+            result["churn"] = churn_and_restart(daemon, agent, client, layout, image_ref, scenario["churn"], live)
+            result["live_containers"] = live_containers(client, layout)
         result["cpus_effective_at_end"] = shared_pool_now(client, layout, live)
         state = subprocess.run([str(GUEST_AGENT), "state", "--state-dir", str(agent.state_dir), "--json"],
                                capture_output=True, text=True, timeout=60, check=False)

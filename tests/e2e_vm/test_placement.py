@@ -215,3 +215,39 @@ def test_a_nic_asked_by_annotation_brings_the_cpus_to_its_node(pods_run: dict, v
     assert list(record["devices"]) == [guest_plan.LAYOUT_NIC_RESOURCE]
     assert f"devices {guest_plan.LAYOUT_NIC_RESOURCE}=" in got["agent_log"]
 
+
+@pytest.mark.parametrize("pods_run", [guest_plan.ONE_VERSION], indirect=True)
+def test_after_agent_kills_and_containerd_restarts_during_churn_no_cpu_is_held_twice(pods_run: dict,
+                                                                                      vm_layout: Layout) -> None:
+    """Pods created and removed in a loop while the agent is SIGKILLed, a pod is created with no
+    agent, containerd restarts, a new agent starts and containerd restarts again under it.
+    Pods whose calls failed while containerd was down are removed, as the kubelet would.
+    Afterwards, read from the cgroup of every container containerd has (created or running):
+    each exclusive CPU is in exactly one container's cpuset, no shared container has one, and
+    `nri-numa state` finds these containers, and no others, with the cpusets their cgroups
+    hold (exit status 0)."""
+    got = scenario(pods_run, "churn")
+    churn = got["churn"]
+    assert churn["churn_stopped"], churn["events"]
+    assert any("created" in what for _, what in churn["events"] if str(what).startswith("churn-")), churn["events"]
+    assert got["state"]["status"] == 0, f"{got['state']}\nevents: {churn['events']}"
+    state = json.loads(got["state"]["stdout"])
+    running = got["live_containers"]
+    records = {c["id"]: c for c in state["containers"]}
+    assert set(records) == set(running), f"state {sorted(records)}, containerd {running}\nevents: {churn['events']}"
+    exclusive: dict[int, str] = {}
+    for container, files in running.items():
+        record = records[container]
+        cpus = parse_list(files["cpus_effective"])
+        assert parse_list(record["cgroup"]["cpus"]) == parse_list(files["cpus"]) == cpus, (record, files)
+        assert parse_list(record["cpus"]) == cpus, (record, files)
+        if record["exclusive"]:
+            for cpu in cpus:
+                assert cpu not in exclusive, f"CPU {cpu} in {container} and {exclusive[cpu]}"
+                exclusive[cpu] = container
+    assert exclusive, "no exclusive container survived the churn"
+    for container, files in running.items():
+        if not records[container]["exclusive"]:
+            shared = parse_list(files["cpus_effective"])
+            assert not shared & set(exclusive), f"shared {container} has exclusive CPUs {shared & set(exclusive)}"
+            assert shared == parse_list(state["shared_pool"]), (container, files, state["shared_pool"])
