@@ -24,9 +24,9 @@ the first one's, so a Deployment's pods cost one admission per node, not one eac
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections import OrderedDict
-import logging
 from collections.abc import Hashable, Mapping
 from dataclasses import dataclass, replace
 from enum import StrEnum
@@ -40,6 +40,8 @@ from nri_numa.extender.cache import NodeCache
 from nri_numa.extender.shapes import pod_shape
 from nri_numa.safeio.bounds import BoundError
 from nri_numa.topology.cpulist import format_list
+
+log = logging.getLogger(__name__)
 
 MAX_PRIORITY = 10  # extenderv1.MaxExtenderPriority in 1.20
 CHOSEN_NUMA_ANNOTATION = "numa.nri.io/scheduled-numa-nodes"
@@ -57,9 +59,6 @@ class Packing(StrEnum):
 
 class VerbError(ValueError):
     """A request the extender cannot read; the message is one line for the Error field."""
-
-
-log = logging.getLogger(__name__)
 
 
 class PodApi(Protocol):
