@@ -68,6 +68,13 @@ class Stdin(io.BytesIO):
         return super().read(*args)
 
 
+@pytest.fixture(autouse=True)
+def a_fresh_hook_process(monkeypatch):
+    """The client counts --timeout from its process's start; here that process is pytest,
+    minutes old, which would leave the daemon 1 ms to answer. Each call is a fresh hook."""
+    monkeypatch.setattr(client.deadline, "process_age", lambda: 0.0)
+
+
 def forward(state: Path, timeout: str = "2") -> tuple[int | None, str, str, Stdin]:
     stdin, out, err = Stdin(b'{"id": "c1"}'), io.StringIO(), io.StringIO()
     code = client.forward(["createRuntime", "--state-dir", str(state), "--timeout", timeout],
