@@ -319,13 +319,15 @@ class _StopFlag:
 
 def _log_to(path: Path) -> None:
     # Opened as the hook opens it (nri_numa.agent.logs.open_log_file): never through a
-    # symlink, never waiting on a FIFO, which would hang the daemon before it listens.
+    # symlink, never waiting on a FIFO, which would hang the daemon before it listens. Rotated
+    # as the hook rotates it: once a hook run has moved the file to hook.log.1 under the
+    # daemon, the daemon's next line past the size opens hook.log again.
     from nri_numa.agent.logs import open_log_file
     from nri_numa.safeio.log_files import LogFileRefused, LogSetupError
 
     refused = None
     try:
-        handler = open_log_file(path, create_folder=True)
+        handler = open_log_file(path, create_folder=True, rotate_past=entry.LOG_KEEP_BYTES)
     except LogFileRefused as e:
         handler, refused = logging.StreamHandler(), e
     except LogSetupError:
