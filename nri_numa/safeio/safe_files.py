@@ -23,6 +23,7 @@ import errno
 import fcntl
 import os
 import stat
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -155,6 +156,17 @@ def lexists(name: str, folder: int) -> bool:
     except FileNotFoundError:
         return False
     return True
+
+
+def corrupt_name(name: str, folder: int, seconds: float) -> str:
+    """A free name in the folder to set ``name`` aside under: ``<name>.corrupt-<UTC time>``,
+    then ``-2``, ``-3``, ... when that exists."""
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(seconds))
+    chosen, n = f"{name}.corrupt-{stamp}", 1
+    while lexists(chosen, folder):
+        n += 1
+        chosen = f"{name}.corrupt-{stamp}-{n}"
+    return chosen
 
 
 def _check_kind(mode: int, shown: Path | str, devices: bool) -> None:

@@ -172,12 +172,7 @@ class CheckpointStore:
                 if _held(info):
                     raise LockBusy(f"{self.dir} is in use by another nri-numa: it holds "
                                    f"{self.dir / LOCK_NAME}, which this process cannot open")
-            stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(self._clock()))
-            name = f"{LOCK_NAME}.corrupt-{stamp}"
-            n = 1
-            while safe_files.lexists(name, folder):
-                n += 1
-                name = f"{LOCK_NAME}.corrupt-{stamp}-{n}"
+            name = safe_files.corrupt_name(LOCK_NAME, folder, self._clock())
             try:
                 os.replace(LOCK_NAME, name, src_dir_fd=folder, dst_dir_fd=folder)
             except OSError as e:
@@ -280,12 +275,7 @@ class CheckpointStore:
     def _set_aside(self, folder: int, reason: str) -> Path | None:
         # Whatever the name holds is renamed as it is: a folder or a symlink too, never
         # followed, never opened again.
-        stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(self._clock()))
-        name = f"{FILE_NAME}.corrupt-{stamp}"
-        n = 1
-        while safe_files.lexists(name, folder):
-            n += 1
-            name = f"{FILE_NAME}.corrupt-{stamp}-{n}"
+        name = safe_files.corrupt_name(FILE_NAME, folder, self._clock())
         try:
             os.replace(FILE_NAME, name, src_dir_fd=folder, dst_dir_fd=folder)
         except FileNotFoundError:

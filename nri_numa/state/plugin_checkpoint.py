@@ -213,11 +213,7 @@ class PluginCheckpoint:
         try:
             if not safe_files.lexists(JOURNAL_NAME, folder):
                 return
-            stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
-            name, n = f"{JOURNAL_NAME}.corrupt-{stamp}", 1
-            while safe_files.lexists(name, folder):
-                n += 1
-                name = f"{JOURNAL_NAME}.corrupt-{stamp}-{n}"
+            name = safe_files.corrupt_name(JOURNAL_NAME, folder, time.time())
             try:
                 os.replace(JOURNAL_NAME, name, src_dir_fd=folder, dst_dir_fd=folder)
             except OSError as e:

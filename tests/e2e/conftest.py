@@ -15,11 +15,11 @@ from tests.e2e.harness.cgroups import CgroupLayout, detect_layout, remove_cgroup
 from tests.e2e.harness.containerd import ContainerdDaemon
 from tests.e2e.harness.cri import CriClient
 from tests.e2e.harness.image import BuiltImage, build_image, import_image
+from tests.e2e.harness.required import fail_skip_where_required
 from tests.e2e.harness.runtimes import RUNTIME_VERSIONS, Runtimes, RuntimesUnavailable, ensure_runtimes
 from tests.e2e.harness.timing import StepTimes
 
 LOG_LINES_ON_FAILURE = 80
-E2E_REQUIRED_ENV = "NRI_NUMA_E2E_REQUIRED"
 _STEP_TIMES = StepTimes()
 
 
@@ -94,10 +94,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]):  
     skipped end-to-end test proves nothing and must not pass as green."""
     outcome = yield
     report = outcome.get_result()
-    if report.skipped and os.environ.get(E2E_REQUIRED_ENV) == "1":
-        reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else report.longrepr
-        report.outcome = "failed"
-        report.longrepr = f"skipped, but {E2E_REQUIRED_ENV}=1 says it must run here: {reason}"
+    fail_skip_where_required(report)
     daemon = getattr(item, "funcargs", {}).get("containerd")
     if report.failed and isinstance(daemon, ContainerdDaemon):
         report.sections.append(

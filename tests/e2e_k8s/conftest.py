@@ -14,13 +14,13 @@ from pathlib import Path
 import pytest
 
 from tests.e2e.harness.cgroups import CgroupLayout, detect_layout
+from tests.e2e.harness.required import fail_skip_where_required
 from tests.e2e.harness.runtimes import RuntimesUnavailable, ensure_runtimes
 from tests.e2e.nri_agent import require_two_cpus
 from tests.e2e_k8s.kube import Kube
 from tests.e2e_k8s.lab import CONTAINERD_VERSION, DEVICE_PLUGIN, Lab, LabFailed, LabUnavailable, find_binaries
 from tests.e2e_k8s.pods import SUMMARY, delete_all_test_pods
 
-E2E_REQUIRED_ENV = "NRI_NUMA_E2E_REQUIRED"
 LOG_LINES_ON_FAILURE = 60
 
 
@@ -88,10 +88,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]):  
     a failure gets the tails of nri-numa's and the kubelet's logs."""
     outcome = yield
     report = outcome.get_result()
-    if report.skipped and os.environ.get(E2E_REQUIRED_ENV) == "1":
-        reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else report.longrepr
-        report.outcome = "failed"
-        report.longrepr = f"skipped, but {E2E_REQUIRED_ENV}=1 says it must run here: {reason}"
+    fail_skip_where_required(report)
     made = getattr(item, "funcargs", {}).get("lab")
     if report.failed and isinstance(made, Lab):
         for name in ("nri-numa", "kubelet", "containerd", DEVICE_PLUGIN):

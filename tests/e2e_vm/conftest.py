@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.e2e.harness.required import fail_skip_where_required
 from tests.e2e_vm import guest_plan
 from tests.e2e_vm.layout import DEFAULT_LAYOUT, Layout, LayoutError, load_layout
 from tests.e2e_vm.numa_vm import (QEMU, VmDir, VmError, console_tail, current_image, down, guest_run,
@@ -23,7 +24,6 @@ from tests.e2e_vm.numa_vm import (QEMU, VmDir, VmError, console_tail, current_im
 
 LAYOUT_ENV = "NRI_NUMA_VM_LAYOUT"
 RUNNING_GUEST_ENV = "NRI_NUMA_VM_DIR"
-E2E_REQUIRED_ENV = "NRI_NUMA_E2E_REQUIRED"
 GUEST_PODS_TIMEOUT_S = 900
 CONTAINERD_VERSIONS = ("1.7.24", "2.1.9")
 _TIMES: list[str] = []  # printed at the end of the run
@@ -103,10 +103,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]):  
     a failure gets the tail of the guest's console."""
     outcome = yield
     report = outcome.get_result()
-    if report.skipped and os.environ.get(E2E_REQUIRED_ENV) == "1":
-        reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else report.longrepr
-        report.outcome = "failed"
-        report.longrepr = f"skipped, but {E2E_REQUIRED_ENV}=1 says it must run here: {reason}"
+    fail_skip_where_required(report)
     running = getattr(item, "funcargs", {}).get("guest")
     if report.failed and isinstance(running, Guest):
         report.sections.append((f"guest console ({running.vm.console})", console_tail(running.vm, 40)))
