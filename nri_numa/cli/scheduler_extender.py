@@ -4,8 +4,12 @@ on the state the node publishes (docs/scheduler-extender.md)."""
 from __future__ import annotations
 
 import argparse
+from typing import TYPE_CHECKING
 
 from nri_numa.cli.errors import CliError
+
+if TYPE_CHECKING:
+    import ssl
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -63,7 +67,7 @@ def _is_loopback(host: str) -> bool:
         return False
 
 
-def _tls(args: argparse.Namespace):  # -> ssl.SSLContext | None
+def _tls(args: argparse.Namespace) -> ssl.SSLContext | None:
     from nri_numa.extender.server import TlsError, tls_context
 
     given = [args.tls_cert, args.tls_key, args.client_ca]

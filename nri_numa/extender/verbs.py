@@ -77,11 +77,9 @@ class PodApi(Protocol):
 @dataclass(frozen=True)
 class Filtered:
     """A pod filter judged, and what that allows bind to do."""
-    namespace: str
-    name: str
+    pod: PodRequest
     at: float  # the cache's clock
     kept: frozenset[str]  # the nodes filter kept
-    shape: Hashable
 
 
 @dataclass(frozen=True)
@@ -186,15 +184,14 @@ class Extender:
                 kept.append(name)
             else:
                 failed[name] = f"nri-numa: {verdict.decision.rejection.message}"
-        self._remember_filter(pod, kept, failed, shape)
+        self._remember_filter(pod, kept, failed)
         return {"NodeNames": kept, "FailedNodes": failed, "Error": ""}
 
-    def _remember_filter(self, pod: PodRequest, kept: list[str], failed: Mapping[str, str],
-                         shape: Hashable) -> None:
+    def _remember_filter(self, pod: PodRequest, kept: list[str],
+                         failed: Mapping[str, str]) -> None:
         refused = RefusedPod(pod.namespace, pod.name, pod.uid)
         with self._lock:
-            self._filtered[pod.uid] = Filtered(pod.namespace, pod.name, self.cache.clock(),
-                                               frozenset(kept), shape)
+            self._filtered[pod.uid] = Filtered(pod, self.cache.clock(), frozenset(kept))
             self._filtered.move_to_end(pod.uid)
             while len(self._filtered) > MAX_PODS_REMEMBERED:
                 self._filtered.popitem(last=False)
@@ -238,21 +235,21 @@ class Extender:
         if not all(isinstance(v, str) and 0 < len(v) <= 1024 for v in fields):
             return {"Error": "bind: PodNamespace, PodName, PodUID and Node must be names"}
         namespace, name, uid, node = fields
-        refusal = self._bind_refusal(namespace, name, uid, node)
+        with self._lock:
+            filtered = self._filtered.get(uid)
+        refusal = self._bind_refusal(filtered, namespace, name, uid, node)
         if refusal is not None:
             log.warning("bind refused: %s", refusal)
             return {"Error": f"nri-numa: bind refused: {refusal}"}
         with self._lock:
-            pod = self._pods.get(uid)
             self._filtered.pop(uid, None)  # one bind per filter: a replay is refused
         annotations: dict[str, str] = {}
-        if pod is not None:
-            result = self.cache.assume(node, pod)
-            if result is not None and not result.decision.admitted:
-                return {"Error": f"nri-numa: node {node} no longer admits pod "
-                                 f"{namespace}/{name}: {result.decision.rejection.message}"}
-            if result is not None and (chosen := numa_nodes_of(result.decision)):
-                annotations[CHOSEN_NUMA_ANNOTATION] = format_list(chosen)
+        result = self.cache.assume(node, filtered.pod)
+        if result is not None and not result.decision.admitted:
+            return {"Error": f"nri-numa: node {node} no longer admits pod "
+                             f"{namespace}/{name}: {result.decision.rejection.message}"}
+        if result is not None and (chosen := numa_nodes_of(result.decision)):
+            annotations[CHOSEN_NUMA_ANNOTATION] = format_list(chosen)
         if self.api is None:
             return {"Error": ""}
         try:
@@ -261,13 +258,12 @@ class Extender:
             return {"Error": f"bind {namespace}/{name} to {node}: {' '.join(str(e).split())[:300]}"}
         return {"Error": ""}
 
-    def _bind_refusal(self, namespace: str, name: str, uid: str, node: str) -> str | None:
+    def _bind_refusal(self, filtered: Filtered | None, namespace: str, name: str, uid: str,
+                      node: str) -> str | None:
         """Why this bind is not one a scheduling cycle of this extender led to; None when it
         is."""
         pod_name = f"pod {namespace[:80]}/{name[:80]} ({uid[:40]})"
-        with self._lock:
-            filtered = self._filtered.get(uid)
-        if filtered is None or (filtered.namespace, filtered.name) != (namespace, name):
+        if filtered is None or (filtered.pod.namespace, filtered.pod.name) != (namespace, name):
             return f"{pod_name} was not filtered by this extender"
         age = self.cache.clock() - filtered.at
         if age > self.cache.assume_seconds:
@@ -281,7 +277,7 @@ class Extender:
             live = self.api.read_pod(namespace, name)
         except Exception as e:  # the API server's answer, whatever its type
             return f"{pod_name} could not be read: {' '.join(str(e).split())[:200]}"
-        return _unbindable(live, uid, self.scheduler_name, filtered.shape, pod_name)
+        return _unbindable(live, uid, self.scheduler_name, pod_shape(filtered.pod), pod_name)
 
     # --- reading ExtenderArgs ----------------------------------------------------------------
 
