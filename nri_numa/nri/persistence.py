@@ -20,15 +20,14 @@ from contextlib import contextmanager
 from nri_numa.engine.allocations import Allocations
 from nri_numa.engine.context import EngineContext
 from nri_numa.nri.decision_log import log
-from nri_numa.nri.record_tables import ContainerTable, TrackedDict
-from nri_numa.nri.records import Records, on_the_pool
 from nri_numa.nri.session import PluginError
 from nri_numa.state.checkpoint import CheckpointError, CheckpointStore
 from nri_numa.state.encoding import (Encoded, LedgerEncoder, RecordsEncoder, blocks_value,
                                      canonical, node_value, pod_value, reusable_value)
 from nri_numa.state.ledger import Ledger, LedgerError
 from nri_numa.state.plugin_checkpoint import PluginCheckpoint, op
-from nri_numa.state.plugin_records import RecordError, records_from_dict
+from nri_numa.state.plugin_records import (ContainerTable, RecordError, Records, TrackedDict,
+                                          on_the_pool, records_from_dict)
 from nri_numa.state.recorded_config import (PAYLOAD_KEY, RecordedConfig,
                                             checkpoint_config_matches)
 

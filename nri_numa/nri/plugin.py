@@ -7,8 +7,9 @@ whose reply is empty (RemoveContainer, StopPodSandbox, RemovePodSandbox) hand th
 ``send_updates``, which the daemon sends after the handler has returned — never from inside a
 handler, where the runtime would deadlock (docs/nri-protocol.md §6).
 
-Around the handlers: records.py (the ledger and the records, changed together),
-container_requests.py (a container → the engine's request), sync.py (Synchronize's adoption),
+Around the handlers: nri_numa.state.plugin_records (the ledger and the records, changed
+together), translate.py (NRI messages → a container, its pod's record and the engine's
+request; placements → replies), sync.py (Synchronize's adoption),
 promotion.py (adopted containers that did not fit, placed once room appears), persistence.py
 (the checkpoint and the transaction), decision_log.py (the decision lines).
 """
@@ -28,21 +29,20 @@ from nri_numa.engine.context import EngineContext
 from nri_numa.engine.decision import Placement
 from nri_numa.engine.request import RequestError
 from nri_numa.nri import decision_log, dra_cpu, promotion, resize, sync, translate, whole_pod
-from nri_numa.nri.container_requests import (KubeletHints, RequestReader,
-                                             with_requested_devices, with_scheduled_numa)
 from nri_numa.nri.decision_log import log
 from nri_numa.nri.pb import api_pb2 as api
 from nri_numa.nri.persistence import StateFile, recorded
-from nri_numa.nri.records import Records
 from nri_numa.nri.session import PluginError
 from nri_numa.nri.start_check import Cpuset, StartCheck
+from nri_numa.nri.translate import (KubeletHints, RequestReader, with_requested_devices,
+                                    with_scheduled_numa)
 from nri_numa.runtime import (DeviceGranter, DeviceLocator, GrantError, RuntimeContainer,
                               RuntimeInputError, pod_identity)
 from nri_numa.safeio.bounds import clip
 from nri_numa.state.checkpoint import CheckpointError, CheckpointStore
 from nri_numa.state.kubelet_checkpoints import KubeletPlacements
 from nri_numa.state.ledger import Ledger, LedgerError
-from nri_numa.state.plugin_records import ContainerRecord, PodRecord
+from nri_numa.state.plugin_records import ContainerRecord, PodRecord, Records
 from nri_numa.state.recorded_config import refuse_change
 from nri_numa.topology.cpulist import format_list
 from nri_numa.topology.model import Topology
@@ -166,8 +166,9 @@ class NumaPlugin:
                 placement = self._admit(container, sandbox, spec)
                 adjust = self._adjustment(placement, container)
                 # The other shared containers' moves, already encoded: parsed in one call.
-                updates = self._records.shared_updates_wire(
-                    api.CreateContainerResponse.UPDATE_FIELD_NUMBER, skip=container.id)
+                updates = translate.shared_updates_wire(
+                    self._records, api.CreateContainerResponse.UPDATE_FIELD_NUMBER,
+                    skip=container.id)
                 self._starts.created(container.id, Cpuset(placement.cpus, placement.mems))
                 self._starts.cgroup_of(container.id, req.container.linux.cgroups_path)
         reply = api.CreateContainerResponse(adjust=adjust)
@@ -394,12 +395,12 @@ class NumaPlugin:
         moved. The caller holds the lock and saves."""
         records = self._records
         if not records.containers.unplaced_ids:
-            return records.shared_updates(skip=skip)
+            return translate.shared_updates(records, skip=skip)
         moves = [translate.cpuset_update(p.record.id, p.placement.cpus, p.placement.mems)
                  for p in promotion.promote(records)]
         for update in moves:
             self._warned.discard(update.container_id)
-        return moves + records.shared_updates(skip=skip)
+        return moves + translate.shared_updates(records, skip=skip)
 
     def _count_degraded(self) -> None:
         """The gauge's count, after a change; the caller holds the lock."""

@@ -25,9 +25,8 @@ from nri_numa.engine.request import (ContainerRequest, PodRequest, QosClass, Req
                                      guaranteed_cpus)
 from nri_numa.nri import decision_log
 from nri_numa.nri.decision_log import log
-from nri_numa.nri.records import Records
 from nri_numa.runtime import qos_from_cgroup_parent
-from nri_numa.state.plugin_records import ContainerRecord, PodRecord
+from nri_numa.state.plugin_records import ContainerRecord, PodRecord, Records
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,7 +40,7 @@ class Promotion:
 
 def pod_request(records: Records, pod: PodRecord, request: ContainerRequest) -> PodRequest:
     """The pod as far as the records know it, ``request`` last: what the engine admitted the
-    container against when it was created (nri_numa.nri.container_requests.pod_as_known)."""
+    container against when it was created (nri_numa.nri.translate.pod_as_known)."""
     known = records.known_requests(pod.sandbox_id, request.name)
     return PodRequest(uid=pod.uid, namespace=pod.namespace, name=pod.name,
                       app_containers=(*known, request), annotations=pod.annotations,

@@ -13,12 +13,11 @@ from __future__ import annotations
 from dataclasses import replace
 
 from nri_numa.engine.request import RequestError
-from nri_numa.nri import decision_log
+from nri_numa.nri import decision_log, translate
 from nri_numa.nri.pb import api_pb2 as api
-from nri_numa.nri.records import ON_THE_POOL, Records
+from nri_numa.state.plugin_records import ON_THE_POOL, ContainerRecord, Records
 from nri_numa.nri.session import PluginError
 from nri_numa.runtime import RuntimeContainer, container_request, pod_qos, pod_request
-from nri_numa.state.plugin_records import ContainerRecord
 
 
 def apply(records: Records, record: ContainerRecord, container: RuntimeContainer
@@ -57,4 +56,4 @@ def apply(records: Records, record: ContainerRecord, container: RuntimeContainer
     records.containers[record.id] = resized
     if pod is not None:
         decision_log.placed(pod, result.decision.policy, placement, record.id, "resized")
-    return resized, records.shared_updates(skip=record.id)
+    return resized, translate.shared_updates(records, skip=record.id)

@@ -1,7 +1,13 @@
-"""NRI messages ⇄ the runtime layer and the engine's placements.
+"""NRI messages ⇄ the runtime layer, the engine's requests and its placements.
 
 Inbound: ``PodSandbox`` and ``Container`` (NRI v0.6.1, docs/nri-protocol.md §8) become the
-runtime-neutral ``RuntimePod``/``RuntimeContainer``. Outbound: a ``Placement`` (with the
+runtime-neutral ``RuntimePod``/``RuntimeContainer``, and a container its pod's record and the
+engine's request (``RequestReader``). The request carries the NUMA nodes of the devices the
+container already has (its device nodes, ``NVIDIA_VISIBLE_DEVICES``, CDI names: DeviceLocator)
+and of those the kubelet gave it (PodResources); the kubelet's word wins, as it chose them. The
+pod's request is the pod as far as the plugin knows it: its managed containers in creation
+order, then this one; with the NUMA nodes the scheduler extender chose for it, when its
+annotation names some of this machine's. Outbound: a ``Placement`` (with the
 ``Grant`` of its devices) becomes the ``ContainerAdjustment`` of the container being created,
 and a cpuset for any other container becomes a ``ContainerUpdate``. cpus and mems travel in
 cpuset list syntax; an empty string would mean "leave alone", so an unknown value is simply not
@@ -10,14 +16,26 @@ set.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import replace
 
+from nri_numa.engine.annotations import AnnotationError
+from nri_numa.engine.context import EngineContext
 from nri_numa.engine.decision import Placement
+from nri_numa.engine.devices import Resource
+from nri_numa.engine.request import ContainerRequest, PodRequest
+from nri_numa.nri import decision_log
+from nri_numa.nri.decision_log import describe
 from nri_numa.nri.pb import api_pb2 as api
+from nri_numa.nri.session import PluginError
+from nri_numa.runtime import (DeviceLocator, container_request, pod_identity, pod_qos,
+                              pod_request, requested_devices)
+from nri_numa.runtime import with_scheduled_numa as scheduled_numa
 from nri_numa.runtime.container import (DeviceNode, RuntimeContainer, RuntimeInputError,
                                         RuntimePod, page_size_kib, parse_cpuset, parse_env)
 from nri_numa.runtime.device_grant import DEVICE_ACCESS, Grant
 from nri_numa.safeio.bounds import clip
+from nri_numa.state.plugin_records import PodRecord, Records
 from nri_numa.topology.cpulist import format_cached
 
 # Containers in these states hold (or are about to hold) CPUs. UNKNOWN is kept: freeing CPUs
@@ -122,6 +140,65 @@ def live_containers(req: api.SynchronizeRequest,
     return readable, {c.id for c in live}, problems
 
 
+# (namespace, pod, container) → the kubelet's devices' NUMA nodes (PodResources API).
+KubeletHints = Callable[[str, str, str], dict[str, frozenset[int]]]
+
+
+class RequestReader:
+    def __init__(self, locator: DeviceLocator, kubelet_hints: KubeletHints) -> None:
+        self._locator = locator
+        self._kubelet_hints = kubelet_hints
+
+    def read(self, container: RuntimeContainer, records: Records
+             ) -> tuple[PodRecord, ContainerRequest]:
+        """The container's pod (now recorded) and request; an older container of the same
+        name in that pod is forgotten, as it has exited."""
+        uid, namespace, name = pod_identity(container.pod)
+        pod = records.pod(PodRecord(container.pod.id, uid, namespace, name,
+                                    container.pod.cgroup_parent, container.pod.annotations))
+        request = container_request(container, pod_qos(container.pod), {
+            **self._locator.numa_hints(container),
+            **self._kubelet_hints(namespace, name, container.name)})
+        records.forget_stale(pod, request.name, container.id)
+        return pod, request
+
+    def held_devices(self, container: RuntimeContainer,
+                     resources: Mapping[str, Resource]) -> dict[str, frozenset[str]]:
+        """The container's devices that are devices of ``resources``, by resource."""
+        return self._locator.held_devices(container, resources)
+
+
+def pod_as_known(records: Records, container: RuntimeContainer,
+                 request: ContainerRequest) -> PodRequest:
+    """The container's pod as far as it is known: its managed containers, then ``request``."""
+    known = records.known_requests(container.pod.id, request.name)
+    return pod_request(container.pod, [*known, request])
+
+
+def with_requested_devices(ctx: EngineContext, container: RuntimeContainer, pod: PodRecord,
+                           request: ContainerRequest) -> ContainerRequest:
+    """The request plus the devices of the container's own ``numa.nri.io/devices`` (the pod's
+    ``numa.nri.io/devices.<container>`` is the engine's, docs/devices.md)."""
+    try:
+        devices = requested_devices(container, ctx.devices, ctx.device_classes)
+    except AnnotationError as e:
+        decision_log.refused(pod, request.name, container.id, None, "InvalidAnnotation", None,
+                             f"InvalidAnnotation: {e}")
+        raise PluginError(f"nri-numa: InvalidAnnotation: {describe(pod, request.name)}: "
+                          f"{e}") from None
+    return replace(request, devices=devices) if devices else request
+
+
+def with_scheduled_numa(ctx: EngineContext, pod: PodRecord, container: str,
+                        request: PodRequest) -> PodRequest:
+    """The pod with the NUMA nodes the scheduler chose as ``preferred_numa``; a value that
+    cannot be read is one warning line and no preference."""
+    request, problem = scheduled_numa(request, (n.id for n in ctx.topology.numa_nodes))
+    if problem is not None:
+        decision_log.log.warning("%s: %s", describe(pod, container), problem)
+    return request
+
+
 def cpuset_resources(cpus: frozenset[int], mems: frozenset[int] | None) -> api.LinuxResources:
     resources = api.LinuxResources()
     if cpus:
@@ -159,6 +236,23 @@ def add_devices(adjust: api.ContainerAdjustment, grant: Grant) -> None:
         adjust.env.add(key=key, value=value)
     for name in grant.cdi_devices:
         adjust.CDI_devices.add(name=name)
+
+
+def shared_updates(records: Records, skip: str | None = None) -> list[api.ContainerUpdate]:
+    """When the pool moved since the shared containers were last sent it: the new pool for
+    every shared container the plugin manages (but ``skip``, whose own answer carries it)."""
+    wire = shared_updates_wire(records, 1, skip)
+    return list(api.UpdateContainersRequest.FromString(wire).update) if wire else []
+
+
+def shared_updates_wire(records: Records, field: int, skip: str | None = None) -> bytes:
+    """``shared_updates`` as the protobuf encoding of a repeated ``ContainerUpdate`` field
+    number ``field``, for a reply to parse in one call: a thousand shared containers are a
+    thousand updates, not to be built one message at a time."""
+    pool = records.pool_moved()
+    if pool is None:
+        return b""
+    return updates_wire(field, records.containers.shared_ids, pool, skip)
 
 
 def updates_wire(field: int, container_ids: Iterable[str], cpus: frozenset[int],

@@ -145,7 +145,7 @@ def reusable_value(uid: str, masks: Any) -> Any:
 
 class RecordsEncoder:
     """``records_to_dict`` in canonical JSON, a shared container's CPUs written as the pool
-    ``shared`` (its record does not follow the pool: nri_numa.nri.records). Each record is
+    ``shared`` (its record does not follow the pool: nri_numa.state.plugin_records). Each record is
     kept encoded, by its key, with the object it came from, as its cpus (the first key in
     canonical order) and a tail holding the rest."""
 

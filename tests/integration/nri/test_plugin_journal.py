@@ -16,13 +16,12 @@ import pytest
 from nri_numa.nri.pb import api_pb2 as api
 from nri_numa.nri.persistence import recorded
 from nri_numa.nri.plugin import NumaPlugin
-from nri_numa.nri.records import _with_cpus
 from nri_numa.nri.session import PluginError
 from nri_numa.state import plugin_checkpoint
 from nri_numa.state.checkpoint import CheckpointStore, machine_fingerprint, read_envelope
 from nri_numa.state.encoding import canonical
 from nri_numa.state.journal import frame, parse
-from nri_numa.state.plugin_records import records_to_dict
+from nri_numa.state.plugin_records import _with_cpus, records_to_dict
 from tests import nri_messages as msg
 from tests.integration.nri.plugin_env import machine, new_plugin, saved_payload
 

@@ -12,9 +12,8 @@ from nri_numa.engine.context import EngineContext
 from nri_numa.engine.manifest import container_from_resources
 from nri_numa.engine.request import ContainerRequest
 from nri_numa.nri import promotion
-from nri_numa.nri.records import Records
 from nri_numa.state.ledger import Ledger
-from nri_numa.state.plugin_records import PodRecord
+from nri_numa.state.plugin_records import PodRecord, Records
 from nri_numa.topology.cpulist import format_list
 from tests import nri_messages as msg
 from tests.integration.nri.plugin_env import CONFIG, machine

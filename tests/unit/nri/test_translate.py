@@ -121,3 +121,17 @@ def test_live_containers_of_a_synchronize():
     assert len(problems) == 2
     assert any("orphan" in p and "sb-ghost" in p for p in problems)
     assert any(broken.id in p and "cpus" in p for p in problems)
+
+
+def test_encoded_updates_are_the_messages_built_one_at_a_time() -> None:
+    pool = frozenset(range(2, 5000, 3))
+    ids = ["a", "é" * 40, "x" * 300, ""]
+    wire = translate.updates_wire(api.CreateContainerResponse.UPDATE_FIELD_NUMBER, ids, pool)
+    reply = api.CreateContainerResponse.FromString(wire)
+    assert list(reply.update) == [translate.cpuset_update(i, pool) for i in ids]
+    same_length = [f"{i:064x}" for i in range(5)]  # as runtimes make ids: the one-join path
+    reply = api.CreateContainerResponse.FromString(translate.updates_wire(2, same_length, pool))
+    assert list(reply.update) == [translate.cpuset_update(i, pool) for i in same_length]
+    assert translate.updates_wire(1, [], pool) == b""
+    skipped = api.UpdateContainersRequest.FromString(translate.updates_wire(1, ids, pool, "a"))
+    assert [u.container_id for u in skipped.update] == ids[1:]

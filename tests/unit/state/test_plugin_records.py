@@ -1,19 +1,25 @@
-"""The plugin's records (nri_numa.nri.records) and its decision lines (nri_numa.nri.decision_log)
-on their own: shared-pool moves, orphans, and no fields built for a line nobody writes."""
+"""The plugin's records (nri_numa.state.plugin_records) and its decision lines
+(nri_numa.nri.decision_log) on their own: shared-pool moves, orphans, the tables' notes for the
+journal and their exact undo on a refusal, the indexes following every change, and no fields
+built for a line nobody writes."""
 
 from __future__ import annotations
 
 import logging
+import random
+
+import pytest
 
 from nri_numa.engine.config_reader import config_from_mapping
 from nri_numa.engine.context import EngineContext
 from nri_numa.engine.decision import Placement
 from nri_numa.engine.manifest import container_from_resources
-from nri_numa.engine.request import PodRequest
+from nri_numa.engine.request import ContainerRequest, PodRequest
 from nri_numa.nri import decision_log
-from nri_numa.nri.records import Records
+from nri_numa.nri.translate import shared_updates
 from nri_numa.state.ledger import Ledger
-from nri_numa.state.plugin_records import ContainerRecord, PodRecord
+from nri_numa.state.plugin_records import (ContainerRecord, ContainerTable, PodRecord, Records,
+                                           TrackedDict)
 from nri_numa.topology.cpulist import format_list
 from tests.integration.nri.plugin_env import CONFIG, machine
 
@@ -40,7 +46,7 @@ def test_shared_updates_move_each_shared_container_with_its_own_id():
     first = place(r, "a", "100m")
     second = place(r, "b", "100m")
     place(r, "g", "2")  # the shared pool shrinks: a and b are not on it any more
-    updates = r.shared_updates(skip="ctr-b")
+    updates = shared_updates(r, skip="ctr-b")
     assert [u.container_id for u in updates] == ["ctr-a"]
     assert updates[0].linux.resources.cpu.cpus == format_list(r.shared)
     assert updates[0].ignore_failure
@@ -48,7 +54,7 @@ def test_shared_updates_move_each_shared_container_with_its_own_id():
     assert r.containers["ctr-a"] is first and r.cpus_of(first) == r.shared
     assert r.containers["ctr-b"] is second  # skipped: the caller gives it the pool itself
     assert r.containers["ctr-g"].exclusive and r.containers["ctr-g"].cpus.isdisjoint(r.shared)
-    assert r.shared_updates(skip="ctr-b") == []  # everyone is where the pool is
+    assert shared_updates(r, skip="ctr-b") == []  # everyone is where the pool is
 
 
 def test_every_update_carries_the_pool_and_its_own_container():
@@ -56,7 +62,7 @@ def test_every_update_carries_the_pool_and_its_own_container():
     for uid in "abc":
         place(r, uid, "100m")
     place(r, "g", "2")
-    updates = r.shared_updates()
+    updates = shared_updates(r)
     assert [u.container_id for u in updates] == ["ctr-a", "ctr-b", "ctr-c"]
     assert {u.linux.resources.cpu.cpus for u in updates} == {format_list(r.shared)}
     assert all(not u.linux.resources.cpu.mems and u.ignore_failure for u in updates)
@@ -135,3 +141,64 @@ def test_decision_fields_are_not_built_when_info_is_off(monkeypatch, caplog):
 
 def _placement(record: ContainerRecord) -> Placement:
     return Placement(record.name, record.cpus, record.exclusive, record.mems)
+
+
+def record(cid: str, sandbox: str, exclusive: bool = False,
+           in_ledger: bool = True) -> ContainerRecord:
+    return ContainerRecord(cid, sandbox, f"uid-{sandbox}", ContainerRequest(cid[:1] or "x"),
+                           frozenset({1}) if exclusive else frozenset(), exclusive,
+                           in_ledger=in_ledger or exclusive)
+
+
+def test_changes_are_noted_in_the_order_they_leave_the_table() -> None:
+    t = TrackedDict({"a": 1, "b": 2})
+    t["b"] = 3
+    t["c"] = 4
+    del t["a"]
+    t["a"] = 5  # deleted and added again: at the end, and noted as deleted first
+    assert list(t) == ["b", "c", "a"]
+    assert t.changed == {"b": False, "c": False, "a": True}
+    with pytest.raises(TypeError):
+        t.update({"d": 1})
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_a_roll_back_restores_table_order_indexes_and_pending_changes(seed: int) -> None:
+    rng = random.Random(seed)
+    table = ContainerTable({f"c{i}": record(f"c{i}", f"s{i % 3}", i % 2 == 0) for i in range(8)})
+    table["c1"] = record("c1", "s1", True)
+    before = (dict(table), list(table), dict(table.changed))
+    undo = table.begin()
+    for _ in range(rng.randint(1, 6)):
+        key = f"c{rng.randrange(12)}"
+        if key in table and rng.random() < 0.4:
+            del table[key]
+        else:
+            table[key] = record(key, f"s{rng.randrange(4)}", rng.random() < 0.5,
+                                in_ledger=rng.random() < 0.5)
+    table.roll_back(undo)
+    assert dict(table) == before[0] and list(table) == before[1] and table.changed == before[2]
+    fresh = ContainerTable(dict(table))
+    assert table.by_sandbox == fresh.by_sandbox and table.by_uid == fresh.by_uid
+    assert list(table.shared_ids) == list(fresh.shared_ids)
+    assert list(table.unplaced_ids) == list(fresh.unplaced_ids)
+
+
+def test_the_unplaced_index_follows_a_container_placed_in_place() -> None:
+    table = ContainerTable({"a": record("a", "s", in_ledger=False), "b": record("b", "s")})
+    assert list(table.unplaced_ids) == ["a"]
+    table["a"] = record("a", "s")  # placed (promoted): same pod, still shared, now admitted
+    assert not table.unplaced_ids and [r.id for r in table.of_sandbox("s")] == ["a", "b"]
+    undo = table.begin()
+    table["b"] = record("b", "s", in_ledger=False)
+    del table["a"]
+    table.roll_back(undo)
+    assert not table.unplaced_ids
+
+
+def test_an_updated_record_keeps_its_place_in_its_pod() -> None:
+    table = ContainerTable({"a": record("a", "s"), "b": record("b", "s")})
+    table["a"] = record("a", "s")  # a resize: the same container, a new record
+    assert [r.id for r in table.of_sandbox("s")] == ["a", "b"]
+    table["a"] = record("a", "s", exclusive=True)
+    assert list(table.shared_ids) == ["b"]
