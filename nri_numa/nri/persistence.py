@@ -22,12 +22,11 @@ from nri_numa.engine.context import EngineContext
 from nri_numa.nri.decision_log import log
 from nri_numa.nri.session import PluginError
 from nri_numa.state.checkpoint import CheckpointError, CheckpointStore
-from nri_numa.state.encoding import (Encoded, LedgerEncoder, RecordsEncoder, blocks_value,
-                                     canonical, node_value, pod_value, reusable_value)
+from nri_numa.state.encoding import (Encoded, LedgerEncoder, RecordsEncoder, canonical,
+                                     journal_change)
 from nri_numa.state.ledger import Ledger, LedgerError
-from nri_numa.state.plugin_checkpoint import PluginCheckpoint, op
-from nri_numa.state.plugin_records import (ContainerTable, RecordError, Records, TrackedDict,
-                                          on_the_pool, records_from_dict)
+from nri_numa.state.plugin_checkpoint import PluginCheckpoint
+from nri_numa.state.plugin_records import RecordError, Records, on_the_pool, records_from_dict
 from nri_numa.state.recorded_config import (PAYLOAD_KEY, RecordedConfig,
                                             checkpoint_config_matches)
 
@@ -65,7 +64,10 @@ class StateFile:
         checkpoint = self._checkpoint
         if checkpoint is None:
             return
-        change = self._change(records) if checkpoint.appendable else None
+        saved = self._saved
+        change = (journal_change(records, saved[1])
+                  if checkpoint.appendable and saved is not None and records.ledger is saved[0]
+                  else None)
         if change is None:
             self._compact(records)
             return
@@ -104,50 +106,6 @@ class StateFile:
     def _mark_saved(self, records: Records) -> None:
         records.saved()
         self._saved = (records.ledger, records.ledger.allocations)
-
-    def _change(self, records: Records
-                ) -> tuple[list[bytes], tuple[frozenset[int], frozenset[int]] | None] | None:
-        """What changed since the last write, as a journal record's ops and the pool's change;
-        None when only a snapshot can say it."""
-        saved = self._saved
-        ledger = records.ledger
-        if (saved is None or ledger is not saved[0] or type(records.pods) is not TrackedDict
-                or type(records.containers) is not ContainerTable):
-            return None
-        before, now = saved[1], ledger.allocations
-        ops: list[bytes] = []
-        shared = None
-        if now is not before:
-            pods = now.pods
-            for uid in ledger.touched:
-                pod = pods.get(uid)
-                if pod is not before.pods.get(uid):
-                    ops.append(op("pods", uid, None if pod is None else pod_value(uid, pod)))
-            memory, memory_before = now.memory, before.memory
-            if memory is not memory_before:
-                if memory is None or memory_before is None:
-                    return None  # the Memory Manager turned on or off: a new configuration
-                for n, node in memory.nodes.items():
-                    if memory_before.nodes.get(n) is not node:
-                        ops.append(op("machineState", str(n), node_value(str(n), node)))
-                for uid in ledger.touched:
-                    blocks = memory.blocks.get(uid)
-                    if blocks is not memory_before.blocks.get(uid):
-                        ops.append(op("entries", uid,
-                                      None if blocks is None else blocks_value(uid, blocks)))
-                    masks = memory.reusable.get(uid)
-                    if masks is not memory_before.reusable.get(uid):
-                        ops.append(op("reusable", uid,
-                                      None if masks is None else reusable_value(uid, masks)))
-            if now.shared is not before.shared and now.shared != before.shared:
-                shared = (now.shared - before.shared, before.shared - now.shared)
-        for table, mapping in (("podRecords", records.pods), ("containers", records.containers)):
-            for key, deleted in mapping.changed.items():
-                value = mapping.get(key)
-                if deleted and value is not None:
-                    ops.append(op(table, key, None))
-                ops.append(op(table, key, None if value is None else value.to_dict()))
-        return ops, shared
 
     @contextmanager
     def transaction(self, records: Records) -> Iterator[None]:

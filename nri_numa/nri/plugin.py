@@ -34,11 +34,9 @@ from nri_numa.nri.pb import api_pb2 as api
 from nri_numa.nri.persistence import StateFile, recorded
 from nri_numa.nri.session import PluginError
 from nri_numa.nri.start_check import Cpuset, StartCheck
-from nri_numa.nri.translate import (KubeletHints, RequestReader, with_requested_devices,
-                                    with_scheduled_numa)
+from nri_numa.nri.translate import KubeletHints, RequestReader
 from nri_numa.runtime import (DeviceGranter, DeviceLocator, GrantError, RuntimeContainer,
-                              RuntimeInputError, pod_identity)
-from nri_numa.safeio.bounds import clip
+                              pod_identity)
 from nri_numa.state.checkpoint import CheckpointError, CheckpointStore
 from nri_numa.state.kubelet_checkpoints import KubeletPlacements
 from nri_numa.state.ledger import Ledger, LedgerError
@@ -155,7 +153,7 @@ class NumaPlugin:
 
     def create_container(self, req: api.CreateContainerRequest) -> api.CreateContainerResponse:
         with self._metrics.admission():
-            container = self._translate(req.pod, req.container)
+            container = translate.container_of(req.pod, req.container)
             if claims := dra_cpu.cpu_claims(container.env):  # kubernetes-sigs/dra-driver-cpu's
                 _, namespace, name = pod_identity(container.pod)
                 dra_cpu.left_to_driver(f"{namespace}/{name}", container.name, claims)
@@ -287,13 +285,6 @@ class NumaPlugin:
 
     # --- admission --------------------------------------------------------------------------
 
-    def _translate(self, pod: api.PodSandbox, container: api.Container) -> RuntimeContainer:
-        try:
-            return translate.runtime_container(container, translate.runtime_pod(pod))
-        except RuntimeInputError as e:
-            raise PluginError(f"nri-numa: cannot read container {clip(container.id)}: "
-                              f"{e}") from None
-
     def _pod_spec(self, container: RuntimeContainer) -> whole_pod.PodSpec | None:
         """The pod's spec from the API server, waiting a moment for a pod not seen before."""
         if self._pod_specs is None:
@@ -307,12 +298,8 @@ class NumaPlugin:
         """Place ``container``; PluginError with the engine's reason when it does not fit.
         ``sandbox`` and ``spec``: what the sandbox and the API server tell of the whole pod."""
         records = self._records
-        pod, request = self._reader.read(container, records)
-        request = with_requested_devices(records.ledger.ctx, container, pod, request)
-        whole, known_from = whole_pod.pod_for_admission(
-            container.pod, records.known_requests(container.pod.id, request.name), request,
-            sandbox, spec)
-        pod_req = with_scheduled_numa(records.ledger.ctx, pod, request.name, whole)
+        asked = self._reader.admission(container, records, sandbox, spec)
+        pod, request, pod_req = asked.pod, asked.request, asked.pod_request
         try:
             result = records.ledger.admit(pod_req, [request.name])
         except (RequestError, ValueError) as e:
@@ -334,7 +321,8 @@ class NumaPlugin:
         placement = result.decision.placements[0]
         records.remember(container.id, pod, request, placement)
         decision_log.placed(pod, result.decision.policy, placement, container.id,
-                            pod_known_from=known_from if result.decision.scope == "pod" else None)
+                            pod_known_from=(asked.known_from if result.decision.scope == "pod"
+                                            else None))
         return placement
 
     def _resized(self, req: api.UpdateContainerRequest) -> RuntimeContainer:
@@ -342,7 +330,7 @@ class NumaPlugin:
         container = api.Container()
         container.CopyFrom(req.container)
         container.linux.resources.CopyFrom(req.linux_resources)
-        return self._translate(req.pod, container)
+        return translate.container_of(req.pod, container)
 
     def _adjustment(self, placement: Placement,
                     container: RuntimeContainer) -> api.ContainerAdjustment:

@@ -17,7 +17,7 @@ set.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from nri_numa.engine.annotations import AnnotationError
 from nri_numa.engine.context import EngineContext
@@ -28,6 +28,7 @@ from nri_numa.nri import decision_log
 from nri_numa.nri.decision_log import describe
 from nri_numa.nri.pb import api_pb2 as api
 from nri_numa.nri.session import PluginError
+from nri_numa.nri.whole_pod import PodSpec, SandboxTotals, pod_for_admission
 from nri_numa.runtime import (DeviceLocator, container_request, pod_identity, pod_qos,
                               pod_request, requested_devices)
 from nri_numa.runtime import with_scheduled_numa as scheduled_numa
@@ -87,6 +88,16 @@ def runtime_container(container: api.Container, pod: RuntimePod) -> RuntimeConta
         cpuset_mems=parse_cpuset(cpu.mems, f"{where}: mems"))
 
 
+def container_of(pod: api.PodSandbox, container: api.Container) -> RuntimeContainer:
+    """``runtime_container`` for a handler: PluginError naming the container when it cannot
+    be read."""
+    try:
+        return runtime_container(container, runtime_pod(pod))
+    except RuntimeInputError as e:
+        raise PluginError(f"nri-numa: cannot read container {clip(container.id)}: "
+                          f"{e}") from None
+
+
 def _hugepages(limits: Iterable[api.HugepageLimit], where: str) -> dict[int, int]:
     pages: dict[int, int] = {}
     for limit in limits:
@@ -144,6 +155,16 @@ def live_containers(req: api.SynchronizeRequest,
 KubeletHints = Callable[[str, str, str], dict[str, frozenset[int]]]
 
 
+@dataclass(frozen=True, slots=True)
+class ToAdmit:
+    """A container being created, as the ledger is asked to admit it."""
+
+    pod: PodRecord
+    request: ContainerRequest
+    pod_request: PodRequest  # its pod as far as known, ``request`` among its containers
+    known_from: str  # where the whole pod was known from (nri_numa.nri.whole_pod)
+
+
 class RequestReader:
     def __init__(self, locator: DeviceLocator, kubelet_hints: KubeletHints) -> None:
         self._locator = locator
@@ -154,13 +175,29 @@ class RequestReader:
         """The container's pod (now recorded) and request; an older container of the same
         name in that pod is forgotten, as it has exited."""
         uid, namespace, name = pod_identity(container.pod)
+        hints = {**self._locator.numa_hints(container),
+                 **self._kubelet_hints(namespace, name, container.name)}
+        request = container_request(container, pod_qos(container.pod), hints)
         pod = records.pod(PodRecord(container.pod.id, uid, namespace, name,
                                     container.pod.cgroup_parent, container.pod.annotations))
-        request = container_request(container, pod_qos(container.pod), {
-            **self._locator.numa_hints(container),
-            **self._kubelet_hints(namespace, name, container.name)})
         records.forget_stale(pod, request.name, container.id)
         return pod, request
+
+    def admission(self, container: RuntimeContainer, records: Records,
+                  sandbox: SandboxTotals | None, spec: PodSpec | None) -> ToAdmit:
+        """What the ledger is asked to admit for a container being created: ``read``'s pod
+        and request, with the devices it asks for by annotation, in its pod as whole as the
+        sandbox (``sandbox``) and the API server (``spec``) tell, with the NUMA nodes the
+        scheduler chose. PluginError (logged as refused) when its devices annotation cannot
+        be read."""
+        pod, request = self.read(container, records)
+        ctx = records.ledger.ctx
+        request = with_requested_devices(ctx, container, pod, request)
+        whole, known_from = pod_for_admission(
+            container.pod, records.known_requests(container.pod.id, request.name), request,
+            sandbox, spec)
+        return ToAdmit(pod, request, with_scheduled_numa(ctx, pod, request.name, whole),
+                         known_from)
 
     def held_devices(self, container: RuntimeContainer,
                      resources: Mapping[str, Resource]) -> dict[str, frozenset[str]]:

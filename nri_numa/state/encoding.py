@@ -8,7 +8,8 @@ object they came from (holding the object also keeps its identity from being reu
 again only objects they have not seen under that key. The output is byte for byte ``canonical``
 of the whole value, which is what the checkpoint's checksum is computed over when it is read
 back; tests/unit/state/test_encoding.py and test_ledger_encoding.py hold the two to each
-other.
+other. Between snapshots, an event's changes are written as a journal record's ops
+(``journal_change``), each member's value as the snapshot would hold it.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from nri_numa.topology.cpulist import format_cached
 
 if TYPE_CHECKING:
     from nri_numa.engine.memory import MemoryState
-    from nri_numa.state.plugin_records import ContainerRecord, PodRecord
+    from nri_numa.state.plugin_records import ContainerRecord, PodRecord, Records
 
 # ``json.dumps`` with these options builds a new encoder at every call, which costs more than
 # encoding a small value: one encoder, the same output.
@@ -177,3 +178,58 @@ def _tail(record: ContainerRecord) -> bytes:
     fields = record.to_dict()
     del fields["cpus"]
     return canonical(fields)[1:]
+
+
+# --- an event's changes, as a journal record (nri_numa.state.plugin_checkpoint) -----------------
+
+Ops = list[bytes]
+PoolChange = tuple[frozenset[int], frozenset[int]]  # CPUs added to the pool, CPUs taken from it
+
+
+def op(table: str, key: str, value: Any) -> bytes:
+    """One change in a record's ``ops``: ``value`` a plain value, ``Encoded`` JSON, or None
+    for a deletion."""
+    if isinstance(value, Encoded):
+        return b"[" + canonical(table) + b"," + canonical(key) + b"," + value + b"]"
+    return canonical([table, key, value])
+
+
+def journal_change(records: Records, before: Allocations) -> tuple[Ops, PoolChange | None] | None:
+    """What changed since the records were last written with the ledger's allocations
+    ``before`` (the same ledger), as a journal record's ops and the pool's change; None when
+    only a snapshot can say it."""
+    ledger = records.ledger
+    now = ledger.allocations
+    ops: Ops = []
+    shared = None
+    if now is not before:
+        pods = now.pods
+        for uid in ledger.touched:
+            pod = pods.get(uid)
+            if pod is not before.pods.get(uid):
+                ops.append(op("pods", uid, None if pod is None else pod_value(uid, pod)))
+        memory, memory_before = now.memory, before.memory
+        if memory is not memory_before:
+            if memory is None or memory_before is None:
+                return None  # the Memory Manager turned on or off: a new configuration
+            for n, node in memory.nodes.items():
+                if memory_before.nodes.get(n) is not node:
+                    ops.append(op("machineState", str(n), node_value(str(n), node)))
+            for uid in ledger.touched:
+                blocks = memory.blocks.get(uid)
+                if blocks is not memory_before.blocks.get(uid):
+                    ops.append(op("entries", uid,
+                                  None if blocks is None else blocks_value(uid, blocks)))
+                masks = memory.reusable.get(uid)
+                if masks is not memory_before.reusable.get(uid):
+                    ops.append(op("reusable", uid,
+                                  None if masks is None else reusable_value(uid, masks)))
+        if now.shared is not before.shared and now.shared != before.shared:
+            shared = (now.shared - before.shared, before.shared - now.shared)
+    for table, mapping in (("podRecords", records.pods), ("containers", records.containers)):
+        for key, deleted in mapping.changed.items():
+            value = mapping.get(key)
+            if deleted and value is not None:
+                ops.append(op(table, key, None))
+            ops.append(op(table, key, None if value is None else value.to_dict()))
+    return ops, shared

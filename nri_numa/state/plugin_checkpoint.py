@@ -44,7 +44,7 @@ from nri_numa.safeio.bounded_json import JsonShapeError, loads
 from nri_numa.safeio.safe_files import UnusableFile
 from nri_numa.state import journal
 from nri_numa.state.checkpoint import MAX_BYTES, CheckpointError, CheckpointStore
-from nri_numa.state.encoding import Encoded, canonical
+from nri_numa.state.encoding import canonical
 from nri_numa.topology.cpulist import ListFormatError, format_list, parse_list
 
 log = logging.getLogger(__name__)
@@ -351,14 +351,6 @@ class _Image:
                 c["cpus"] = shared  # shared containers follow the pool
         payload["records"] = {"pods": list(t["podRecords"].values()), "containers": containers}
         return payload
-
-
-def op(table: str, key: str, value: Any) -> bytes:
-    """One change in a record's ``ops``: ``value`` a plain value, ``Encoded`` JSON, or None
-    for a deletion."""
-    if isinstance(value, Encoded):
-        return b"[" + canonical(table) + b"," + canonical(key) + b"," + value + b"]"
-    return canonical([table, key, value])
 
 
 def _json(body: bytes, where: str) -> dict[str, Any]:
