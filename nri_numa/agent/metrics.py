@@ -58,7 +58,7 @@ if TYPE_CHECKING:
     from nri_numa.engine.memory.state import MemoryState
     from nri_numa.engine.request import ContainerRequest, PodRequest
     from nri_numa.engine.scope import MergeStep
-    from nri_numa.state.ledger import Ledger
+    from nri_numa.state.ledger import LedgerReader
     from nri_numa.state.plugin_records import ContainerRecord
 
 log = logging.getLogger(__name__)
@@ -173,7 +173,7 @@ def alignment_of(ctx: EngineContext, decision: Decision, pinning: Pinning,
 class PluginMetrics:
     """The counters the handlers move, and the registry a scrape reads."""
 
-    def __init__(self, view: Callable[[], tuple[Ledger, Mapping[str, ContainerRecord]]],
+    def __init__(self, view: Callable[[], tuple[LedgerReader, Mapping[str, ContainerRecord]]],
                  degraded: Callable[[], int] | None = None) -> None:
         """``view``: the ledger and the records as last committed; ``degraded``: the count of
         degraded containers (none: the gauge is left out)."""
@@ -259,7 +259,7 @@ class PluginMetrics:
 class LedgerCollector:
     """Gauges read from the ledger at scrape time, per NUMA node."""
 
-    def __init__(self, view: Callable[[], tuple[Ledger, Mapping[str, ContainerRecord]]],
+    def __init__(self, view: Callable[[], tuple[LedgerReader, Mapping[str, ContainerRecord]]],
                  degraded: Callable[[], int] | None = None) -> None:
         self._view = view
         self._degraded = degraded
@@ -275,7 +275,7 @@ class LedgerCollector:
         return iter(families)
 
 
-def ledger_families(ledger: Ledger,
+def ledger_families(ledger: LedgerReader,
                     containers: Mapping[str, ContainerRecord]) -> list[MetricFamily]:
     ctx, allocs = ledger.ctx, ledger.allocations  # one immutable snapshot for the whole scrape
     node_label = ["numa_node"]

@@ -39,7 +39,7 @@ from nri_numa.runtime import (DeviceGranter, DeviceLocator, GrantError, RuntimeC
                               pod_identity)
 from nri_numa.state.checkpoint import CheckpointError, CheckpointStore
 from nri_numa.state.kubelet_checkpoints import KubeletPlacements
-from nri_numa.state.ledger import Ledger, LedgerError
+from nri_numa.state.ledger import Ledger, LedgerError, LedgerReader
 from nri_numa.state.plugin_records import ContainerRecord, PodRecord, Records
 from nri_numa.state.recorded_config import refuse_change
 from nri_numa.topology.cpulist import format_list
@@ -101,7 +101,7 @@ class NumaPlugin:
     # --- read-only views ----------------------------------------------------------------------
 
     @property
-    def ledger(self) -> Ledger:
+    def ledger(self) -> LedgerReader:
         return self._records.ledger
 
     @property

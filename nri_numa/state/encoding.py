@@ -20,7 +20,7 @@ from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
 from nri_numa.engine.allocations import Allocations, PodAllocation
-from nri_numa.state.ledger import LEDGER_VERSION, Ledger
+from nri_numa.state.ledger import LEDGER_VERSION, LedgerReader
 from nri_numa.topology.cpulist import format_cached
 
 if TYPE_CHECKING:
@@ -90,7 +90,7 @@ class LedgerEncoder:
         self._reusable = _Members(reusable_value)
         self._memory: tuple[MemoryState | None, bytes] | None = None
 
-    def encode(self, ledger: Ledger) -> Encoded:
+    def encode(self, ledger: LedgerReader) -> Encoded:
         allocations = ledger.allocations
         return Encoded(b"".join((  # one copy of the parts, where ``+`` makes one per step
             b'{"allocations":{"memory":', self._memory_json(allocations.memory),

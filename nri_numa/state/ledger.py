@@ -1,5 +1,8 @@
 """The ledger: the current allocations, changed only by whole transactions.
 
+Two faces, as the kubelet's ``state.Reader`` and ``state.State``: ``LedgerReader`` shows the
+allocations and never changes them (what views, metrics, the checkpoint's encoder and the
+cluster's export take); ``Ledger`` is the writer the handlers and the hook commit through.
 Every change goes through the engine, which returns a complete new ``Allocations`` value; the
 ledger swaps it in only when the engine admits, so a refusal or an exception leaves it exactly
 as it was. Snapshots serialise to JSON and are checked against the machine when restored.
@@ -9,7 +12,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, Protocol
 
 from nri_numa.engine.admit import Admission, admit, release
 from nri_numa.engine.allocations import Allocations, AllocationsError
@@ -23,7 +26,22 @@ class LedgerError(ValueError):
     """A snapshot that cannot be restored; the message names the problem."""
 
 
+class LedgerReader(Protocol):
+    """The ledger as its readers see it; ``allocations`` is an immutable value, so one read
+    of it is a consistent snapshot."""
+
+    @property
+    def ctx(self) -> EngineContext: ...
+
+    @property
+    def allocations(self) -> Allocations: ...
+
+    def to_dict(self) -> dict[str, Any]: ...
+
+
 class Ledger:
+    """The writer: admissions, resizes and releases, each swapped in whole."""
+
     def __init__(self, ctx: EngineContext, allocations: Allocations | None = None) -> None:
         self.ctx = ctx
         self._allocations = ctx.empty_allocations() if allocations is None else allocations
