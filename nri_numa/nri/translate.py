@@ -32,8 +32,8 @@ from nri_numa.nri.whole_pod import PodSpec, SandboxTotals, pod_for_admission
 from nri_numa.runtime import (DeviceLocator, container_request, pod_identity, pod_qos,
                               pod_request, requested_devices)
 from nri_numa.runtime import with_scheduled_numa as scheduled_numa
-from nri_numa.runtime.container import (DeviceNode, RuntimeContainer, RuntimeInputError,
-                                        RuntimePod, page_size_kib, parse_cpuset, parse_env)
+from nri_numa.runtime.container import (RuntimeContainer, RuntimeInputError, RuntimePod,
+                                        read_container)
 from nri_numa.runtime.device_grant import DEVICE_ACCESS, Grant
 from nri_numa.safeio.bounds import clip
 from nri_numa.state.plugin_records import PodRecord, Records
@@ -73,19 +73,16 @@ def runtime_container(container: api.Container, pod: RuntimePod) -> RuntimeConta
     """Raises RuntimeInputError naming the container and the bad field."""
     linux = container.linux
     cpu, memory = linux.resources.cpu, linux.resources.memory
-    where = f"container {clip(container.name or container.id)}"
-    return RuntimeContainer(
-        id=container.id, name=container.name, pod=pod,
+    return read_container(
+        container.id, container.name, pod,
         cpu_shares=cpu.shares.value if cpu.HasField("shares") else None,
         cpu_quota=cpu.quota.value if cpu.HasField("quota") else None,
         cpu_period=cpu.period.value if cpu.HasField("period") else None,
         memory_limit=memory.limit.value if memory.HasField("limit") else None,
-        hugepage_limits=_hugepages(linux.resources.hugepage_limits, where),
-        devices=_devices(linux.devices, where),
-        env=parse_env(list(container.env)),
-        annotations=dict(container.annotations), labels=dict(container.labels),
-        cpuset_cpus=parse_cpuset(cpu.cpus, f"{where}: cpus"),
-        cpuset_mems=parse_cpuset(cpu.mems, f"{where}: mems"))
+        hugepage_limits=[(h.page_size, h.limit) for h in linux.resources.hugepage_limits],
+        devices=[(d.path, d.type, d.major, d.minor) for d in linux.devices],
+        env=container.env, annotations=dict(container.annotations),
+        labels=dict(container.labels), cpus=cpu.cpus, mems=cpu.mems)
 
 
 def container_of(pod: api.PodSandbox, container: api.Container) -> RuntimeContainer:
@@ -96,24 +93,6 @@ def container_of(pod: api.PodSandbox, container: api.Container) -> RuntimeContai
     except RuntimeInputError as e:
         raise PluginError(f"nri-numa: cannot read container {clip(container.id)}: "
                           f"{e}") from None
-
-
-def _hugepages(limits: Iterable[api.HugepageLimit], where: str) -> dict[int, int]:
-    pages: dict[int, int] = {}
-    for limit in limits:
-        try:
-            size = page_size_kib(limit.page_size)
-        except RuntimeInputError as e:
-            raise RuntimeInputError(f"{where}: {e}") from None
-        pages[size] = pages.get(size, 0) + limit.limit
-    return pages
-
-
-def _devices(devices: Iterable[api.LinuxDevice], where: str) -> tuple[DeviceNode, ...]:
-    try:
-        return tuple(DeviceNode(d.path, d.type, d.major, d.minor) for d in devices)
-    except RuntimeInputError as e:
-        raise RuntimeInputError(f"{where}: {e}") from None
 
 
 def is_live(container: api.Container) -> bool:

@@ -9,7 +9,7 @@ format; ``nri_numa.runtime.to_request`` turns them into the engine's requests in
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
@@ -137,6 +137,35 @@ class RuntimeContainer:
         for attr in ("cpuset_cpus", "cpuset_mems"):
             if getattr(self, attr) is not None:
                 object.__setattr__(self, attr, frozenset(getattr(self, attr)))
+
+
+def read_container(id: str, name: str, pod: RuntimePod, *, cpu_shares: int | None = None,
+                   cpu_quota: int | None = None, cpu_period: int | None = None,
+                   memory_limit: int | None = None,
+                   hugepage_limits: Iterable[tuple[str, int]] = (),
+                   devices: Iterable[tuple[str, str, int, int]] = (), env: Iterable[str] = (),
+                   annotations: Mapping[str, str] | None = None,
+                   labels: Mapping[str, str] | None = None, cpus: str = "", mems: str = ""
+                   ) -> RuntimeContainer:
+    """A container from a runtime's own forms: hugepage limits as (size such as "2MB", bytes),
+    device nodes as (path, type, major, minor), the environment as ``NAME=value`` entries,
+    cpusets in list syntax (empty: unset). RuntimeInputError naming the container and the
+    field."""
+    where = f"container {clip(name or id)}"
+    pages: dict[int, int] = {}
+    try:
+        for size, limit in hugepage_limits:
+            kib = page_size_kib(size)
+            pages[kib] = pages.get(kib, 0) + limit
+        nodes = tuple(DeviceNode(*node) for node in devices)
+    except RuntimeInputError as e:
+        raise RuntimeInputError(f"{where}: {e}") from None
+    return RuntimeContainer(
+        id=id, name=name, pod=pod, cpu_shares=cpu_shares, cpu_quota=cpu_quota,
+        cpu_period=cpu_period, memory_limit=memory_limit, hugepage_limits=pages, devices=nodes,
+        env=parse_env(list(env)), annotations=annotations or {}, labels=labels or {},
+        cpuset_cpus=parse_cpuset(cpus, f"{where}: cpus"),
+        cpuset_mems=parse_cpuset(mems, f"{where}: mems"))
 
 
 def parse_env(entries: list[str] | tuple[str, ...]) -> dict[str, str]:
