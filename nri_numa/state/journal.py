@@ -138,12 +138,6 @@ def create(name: str, folder: int, header: bytes, *, sync: bool) -> int:
     return fd
 
 
-def open_for_append(name: str, folder: int, shown: str) -> int:
-    """A descriptor appending to the existing journal ``name``. safe_files.UnusableFile /
-    OSError as opening raises them."""
-    return safe_files.open_file(name, os.O_WRONLY | os.O_APPEND, folder=folder, shown=shown)
-
-
 def append(fd: int, body: bytes, *, sync: bool) -> int:
     """Append one record; the bytes written. On an error the file is cut back to where it was
     (so no half record stays before the next one) and the OSError raised."""

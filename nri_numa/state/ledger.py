@@ -10,7 +10,6 @@ as it was. Snapshots serialise to JSON and are checked against the machine when 
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable
 from typing import Any, Protocol
 
@@ -84,9 +83,6 @@ class Ledger:
 
     def to_dict(self) -> dict[str, Any]:
         return {"version": LEDGER_VERSION, "allocations": self._allocations.to_dict()}
-
-    def to_json(self) -> str:
-        return json.dumps(self.to_dict(), indent=2, sort_keys=True)
 
     @classmethod
     def restore(cls, ctx: EngineContext, data: Any) -> Ledger:

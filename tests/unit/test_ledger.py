@@ -50,14 +50,14 @@ def test_an_admission_is_committed_whole():
 def test_a_refusal_leaves_the_ledger_untouched():
     ledger = Ledger(engine())
     ledger.admit(guaranteed("a", "4"))
-    before, before_json = ledger.allocations, ledger.to_json()
+    before, before_dict = ledger.allocations, ledger.to_dict()
     for refused in (guaranteed("too-big", "9"),  # no node has 9 CPUs
                     guaranteed("too-much-memory", "1", "20Gi"),
                     guaranteed("bad", "1", **{"numa.nri.io/topology-policy": "none"})):
         result = ledger.admit(refused)
         assert not result.decision.admitted
         assert ledger.allocations is before
-    assert ledger.to_json() == before_json
+    assert ledger.to_dict() == before_dict
 
 
 def test_a_pod_refused_halfway_keeps_none_of_its_containers():
@@ -110,11 +110,11 @@ def filled() -> Ledger:
 
 def test_restore_gives_back_the_same_ledger():
     ledger = filled()
-    data = json.loads(ledger.to_json())
+    data = json.loads(json.dumps(ledger.to_dict()))
     assert data["version"] == LEDGER_VERSION
     restored = Ledger.restore(ledger.ctx, data)
     assert restored.allocations == ledger.allocations
-    assert restored.to_json() == ledger.to_json()
+    assert restored.to_dict() == ledger.to_dict()
     # The restored ledger places the next pod exactly where the original does.
     assert restored.admit(guaranteed("d", "2")) == ledger.admit(guaranteed("d", "2"))
 
@@ -129,7 +129,7 @@ def test_a_version_it_does_not_read_is_refused(data):
 
 
 def corrupt(change) -> dict:
-    data = json.loads(filled().to_json())
+    data = json.loads(json.dumps(filled().to_dict()))
     change(data["allocations"])
     return data
 
@@ -169,7 +169,7 @@ def test_restore_checks_the_invariants(change, message):
 
 
 def test_a_snapshot_from_another_configuration_is_refused():
-    data = json.loads(filled().to_json())
+    data = json.loads(json.dumps(filled().to_dict()))
     strict = engine(cpuManagerPolicyOptions={"strict-cpu-reservation": "true"})
     with pytest.raises(LedgerError, match="unexpected 0,8"):
         Ledger.restore(strict, data)

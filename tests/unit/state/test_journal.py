@@ -105,8 +105,6 @@ def test_a_symlink_at_the_journal_name_is_not_followed(tmp_path: Path) -> None:
     folder = os.open(tmp_path, os.O_RDONLY | os.O_DIRECTORY)
     try:
         with pytest.raises(Exception, match="symlink"):
-            journal.open_for_append("j", folder, str(tmp_path / "j"))
-        with pytest.raises(Exception, match="symlink"):
             journal.read("j", folder, 1 << 20, str(tmp_path / "j"))
         os.close(journal.create("j", folder, HEADER, sync=False))  # replaces the link itself
     finally:
