@@ -19,7 +19,7 @@ order the containers were created in.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Any
 
@@ -369,7 +369,7 @@ ON_THE_POOL: frozenset[int] = frozenset()
 
 def on_the_pool(containers: Mapping[str, ContainerRecord]) -> dict[str, ContainerRecord]:
     """Records read from a checkpoint, the shared ones holding no CPUs (``ON_THE_POOL``)."""
-    return {key: _with_cpus(c, ON_THE_POOL) if not c.exclusive and c.cpus else c
+    return {key: replace(c, cpus=ON_THE_POOL) if not c.exclusive and c.cpus else c
             for key, c in containers.items()}
 
 
@@ -520,9 +520,4 @@ class Records:
         """An exclusive container's record, now on ``cpus``; a shared one follows the pool
         and keeps its record."""
         if record.exclusive and record.cpus != cpus:
-            self.containers[record.id] = _with_cpus(record, cpus)
-
-
-def _with_cpus(record: ContainerRecord, cpus: frozenset[int]) -> ContainerRecord:
-    return ContainerRecord(record.id, record.sandbox_id, record.pod_uid, record.request, cpus,
-                           record.exclusive, record.mems, record.in_ledger)
+            self.containers[record.id] = replace(record, cpus=cpus)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import os
 import random
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -21,7 +22,7 @@ from nri_numa.state import plugin_checkpoint
 from nri_numa.state.checkpoint import CheckpointStore, machine_fingerprint, read_envelope
 from nri_numa.state.encoding import canonical
 from nri_numa.state.journal import frame, parse
-from nri_numa.state.plugin_records import _with_cpus, records_to_dict
+from nri_numa.state.plugin_records import records_to_dict
 from tests import nri_messages as msg
 from tests.integration.nri.plugin_env import machine, new_plugin, saved_payload
 
@@ -50,7 +51,7 @@ def on_disk(state_dir: Path) -> bytes:
 
 
 def _on(record, pool):
-    return _with_cpus(record, pool)
+    return replace(record, cpus=pool)
 
 
 class Workload:
