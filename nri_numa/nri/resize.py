@@ -15,9 +15,9 @@ from dataclasses import replace
 from nri_numa.engine.request import RequestError
 from nri_numa.nri import decision_log, translate
 from nri_numa.nri.pb import api_pb2 as api
-from nri_numa.state.plugin_records import ON_THE_POOL, ContainerRecord, Records
 from nri_numa.nri.session import PluginError
 from nri_numa.runtime import RuntimeContainer, container_request, pod_qos, pod_request
+from nri_numa.state.plugin_records import ON_THE_POOL, ContainerRecord, Records
 
 
 def apply(records: Records, record: ContainerRecord, container: RuntimeContainer

@@ -26,9 +26,9 @@ from nri_numa.engine.quantity import format_binary
 from nri_numa.engine.request import (ContainerRequest, PodRequest, QosClass, RequestError,
                                      guaranteed_cpus)
 from nri_numa.nri import decision_log, dra_cpu, translate
-from nri_numa.nri.translate import RequestReader, pod_as_known
 from nri_numa.nri.decision_log import log
 from nri_numa.nri.pb import api_pb2 as api
+from nri_numa.nri.translate import RequestReader, pod_as_known
 from nri_numa.runtime import RuntimeContainer, requested_devices
 from nri_numa.state.kubelet_checkpoints import MemoryBlock
 from nri_numa.state.ledger import Ledger

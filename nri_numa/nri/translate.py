@@ -30,8 +30,7 @@ from nri_numa.nri.pb import api_pb2 as api
 from nri_numa.nri.session import PluginError
 from nri_numa.nri.whole_pod import PodSpec, SandboxTotals, pod_for_admission
 from nri_numa.runtime import (DeviceLocator, container_request, pod_identity, pod_qos,
-                              pod_request, requested_devices)
-from nri_numa.runtime import with_scheduled_numa as scheduled_numa
+                              pod_request, requested_devices, with_scheduled_numa)
 from nri_numa.runtime.container import (RuntimeContainer, RuntimeInputError, RuntimePod,
                                         read_container)
 from nri_numa.runtime.device_grant import DEVICE_ACCESS, Grant
@@ -145,6 +144,9 @@ class ToAdmit:
 
 
 class RequestReader:
+    """A container → its pod's record and the engine's request, with the NUMA nodes of the
+    devices it has (``DeviceLocator``) and of those the kubelet gave it (``KubeletHints``)."""
+
     def __init__(self, locator: DeviceLocator, kubelet_hints: KubeletHints) -> None:
         self._locator = locator
         self._kubelet_hints = kubelet_hints
@@ -171,12 +173,12 @@ class RequestReader:
         be read."""
         pod, request = self.read(container, records)
         ctx = records.ledger.ctx
-        request = with_requested_devices(ctx, container, pod, request)
+        request = _with_requested_devices(ctx, container, pod, request)
         whole, known_from = pod_for_admission(
             container.pod, records.known_requests(container.pod.id, request.name), request,
             sandbox, spec)
-        return ToAdmit(pod, request, with_scheduled_numa(ctx, pod, request.name, whole),
-                         known_from)
+        return ToAdmit(pod, request, _with_scheduled_numa(ctx, pod, request.name, whole),
+                       known_from)
 
     def held_devices(self, container: RuntimeContainer,
                      resources: Mapping[str, Resource]) -> dict[str, frozenset[str]]:
@@ -191,7 +193,7 @@ def pod_as_known(records: Records, container: RuntimeContainer,
     return pod_request(container.pod, [*known, request])
 
 
-def with_requested_devices(ctx: EngineContext, container: RuntimeContainer, pod: PodRecord,
+def _with_requested_devices(ctx: EngineContext, container: RuntimeContainer, pod: PodRecord,
                            request: ContainerRequest) -> ContainerRequest:
     """The request plus the devices of the container's own ``numa.nri.io/devices`` (the pod's
     ``numa.nri.io/devices.<container>`` is the engine's, docs/devices.md)."""
@@ -205,11 +207,11 @@ def with_requested_devices(ctx: EngineContext, container: RuntimeContainer, pod:
     return replace(request, devices=devices) if devices else request
 
 
-def with_scheduled_numa(ctx: EngineContext, pod: PodRecord, container: str,
+def _with_scheduled_numa(ctx: EngineContext, pod: PodRecord, container: str,
                         request: PodRequest) -> PodRequest:
     """The pod with the NUMA nodes the scheduler chose as ``preferred_numa``; a value that
     cannot be read is one warning line and no preference."""
-    request, problem = scheduled_numa(request, (n.id for n in ctx.topology.numa_nodes))
+    request, problem = with_scheduled_numa(request, (n.id for n in ctx.topology.numa_nodes))
     if problem is not None:
         decision_log.log.warning("%s: %s", describe(pod, container), problem)
     return request

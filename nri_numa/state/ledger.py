@@ -1,8 +1,8 @@
 """The ledger: the current allocations, changed only by whole transactions.
 
 Two faces, as the kubelet's ``state.Reader`` and ``state.State``: ``LedgerReader`` shows the
-allocations and never changes them (what views, metrics, the checkpoint's encoder and the
-cluster's export take); ``Ledger`` is the writer the handlers and the hook commit through.
+allocations and never changes them (what the metrics, the checkpoint's encoder and the NRI
+plugin's ``ledger`` view take); ``Ledger`` is the writer that admissions commit through.
 Every change goes through the engine, which returns a complete new ``Allocations`` value; the
 ledger swaps it in only when the engine admits, so a refusal or an exception leaves it exactly
 as it was. Snapshots serialise to JSON and are checked against the machine when restored.
