@@ -1,10 +1,11 @@
-"""The plugin's records (nri_numa.state.plugin_records) and its decision lines
-(nri_numa.nri.decision_log) on their own: shared-pool moves, orphans, the tables' notes for the
-journal and their exact undo on a refusal, the indexes following every change, and no fields
-built for a line nobody writes."""
+"""The plugin's records (nri_numa.state.plugin_records) on their own: shared-pool moves, orphans,
+the tables' notes for the journal and their exact undo on a refusal, the indexes following every
+change, and their JSON in a checkpoint with each bad field named; and the decision lines
+(nri_numa.nri.decision_log), whose fields are not built for a line nobody writes."""
 
 from __future__ import annotations
 
+import json
 import logging
 import random
 
@@ -18,8 +19,9 @@ from nri_numa.engine.request import ContainerRequest, PodRequest
 from nri_numa.nri import decision_log
 from nri_numa.nri.translate import shared_updates
 from nri_numa.state.ledger import Ledger
-from nri_numa.state.plugin_records import (ContainerRecord, ContainerTable, PodRecord, Records,
-                                           TrackedDict)
+from nri_numa.state.plugin_records import (ContainerRecord, ContainerTable, PodRecord,
+                                           RecordError, Records, TrackedDict, records_from_dict,
+                                           records_to_dict)
 from nri_numa.topology.cpulist import format_list
 from tests.integration.nri.plugin_env import CONFIG, machine
 
@@ -192,3 +194,68 @@ def test_an_updated_record_keeps_its_place_in_its_pod() -> None:
     assert [r.id for r in table.of_sandbox("s")] == ["a", "b"]
     table["a"] = record("a", "s", exclusive=True)
     assert list(table.shared_ids) == ["b"]
+
+
+# --- the records as a checkpoint holds them --------------------------------------------------
+
+
+def _records():
+    pods = {"sb1": PodRecord("sb1", "uid-1", "shop", "web", "/kubepods/pod-uid-1",
+                             {"numa.nri.io/topology-scope": "pod"})}
+    request = ContainerRequest("app", cpu_request=2000, cpu_limit=2000, memory_request=1 << 30,
+                               memory_limit=1 << 30, hugepages_requests={2048: 1 << 21},
+                               hugepages_limits={2048: 1 << 21},
+                               device_numa_hints={"nvidia.com/gpu": {1}})
+    containers = {
+        "c1": ContainerRecord("c1", "sb1", "uid-1", request, frozenset({4, 5}), True,
+                              frozenset({1})),
+        "c2": ContainerRecord("c2", "sb1", "uid-1", ContainerRequest("side"),
+                              frozenset({0, 1, 2, 3}), False, None, in_ledger=False),
+    }
+    return pods, containers
+
+
+def test_records_round_trip_in_order():
+    pods, containers = _records()
+    data = json.loads(json.dumps(records_to_dict(pods, containers)))
+    assert records_from_dict(data) == (pods, containers)
+    assert list(records_from_dict(data)[1]) == ["c1", "c2"]
+
+
+@pytest.mark.parametrize("record", [None, [], "pod", 3])
+def test_a_record_that_is_no_object_is_refused_naming_it(record):
+    data = json.loads(json.dumps(records_to_dict(*_records())))
+    data["pods"][0] = record
+    data["containers"][1] = record
+    with pytest.raises(RecordError) as e:
+        records_from_dict(data)
+    assert str(e.value) == f"pods[0] must be an object, not {type(record).__name__}"
+    del data["pods"][0]
+    with pytest.raises(RecordError) as e:
+        records_from_dict(data)
+    assert str(e.value).startswith("containers[1] must be an object")
+
+
+def test_a_pod_records_annotations_are_read_only():
+    pods, _ = _records()
+    with pytest.raises(TypeError):
+        pods["sb1"].annotations["a"] = "c"  # read-only, as __post_init__ makes it
+
+
+@pytest.mark.parametrize("path, value, message", [
+    (("containers", 0, "cpus"), "0-", "containers\\[0\\]: bad element"),
+    (("containers", 0, "exclusive"), "yes", "containers\\[0\\].exclusive must be true or false"),
+    (("containers", 1, "request", "cpu_request"), -1, "containers\\[1\\]: .*cpu_request"),
+    (("containers", 0, "request", "hugepages"), {"2M": 1}, "containers\\[0\\]"),
+    (("pods", 0, "uid"), None, "pods\\[0\\].uid must be a string"),
+    (("pods", 0, "annotations"), {"a": 1}, "pods\\[0\\].annotations"),
+    (("pods",), {}, "pods must be a list"),
+])
+def test_bad_records_are_named(path, value, message):
+    data = json.loads(json.dumps(records_to_dict(*_records())))
+    target = data
+    for key in path[:-1]:
+        target = target[key]
+    target[path[-1]] = value
+    with pytest.raises(RecordError, match=message):
+        records_from_dict(data)
