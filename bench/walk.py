@@ -2,7 +2,8 @@
 visits, in order.
 
 Run from the repository root:
-    .venv/bin/python -m bench.walk [--preset NAME] [--running N] [--depth all|plugin] [--list]
+    .venv/bin/python -m bench.walk [--preset NAME] [--running N] [--depth plugin|all]
+        [--levels N] [--list]
 
 The plugin is built as `nri-numa run` builds it (its checkpoint in a temporary folder, the
 packaging example's configuration of bench/bench_nri_plugin.py) on a synthetic machine (default
@@ -14,8 +15,9 @@ nri_numa (protobuf, the standard library) do not move the walker.
 
 ``--depth plugin`` (the default) counts the plugin's side only: the engine (nri_numa.engine.*)
 is one room, entered through the ledger, as are the modules below every layer
-(nri_numa.safeio.*, nri_numa.topology.*); ``--depth all`` counts every module. ``--list``
-prints each stay.
+(nri_numa.safeio.*, nri_numa.topology.*); ``--depth all`` counts every module. ``--levels N``
+folds the frames more than N nri_numa calls below the handler into their caller at that depth.
+``--list`` prints each stay. Figures: bench/README.md, "The walk of a CreateContainer".
 """
 
 from __future__ import annotations
@@ -26,10 +28,9 @@ import os
 import random
 import sys
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import FrameType
-from typing import Any
 
 from bench.bench_nri_plugin import CONFIG, kubernetes_container
 from nri_numa.engine.config_reader import config_from_mapping
@@ -51,7 +52,7 @@ def room_of(module: str, depth: str) -> str:
     return module
 
 
-def trace(call: Any, depth: str, levels: int | None) -> list[str]:
+def trace(call: Callable[[], object], depth: str, levels: int | None) -> list[str]:
     """The rooms ``call()`` moves through, one entry per move (consecutive repeats merged).
     ``levels``: frames more than that many nri_numa calls below the first are counted in
     their caller's room at that level; None: no limit."""
@@ -131,7 +132,7 @@ def main(argv: list[str] | None = None) -> int:
     # The decision lines are built, as the agent builds them, and thrown away.
     log = logging.getLogger("nri_numa")
     log.setLevel(logging.INFO)
-    log.addHandler(logging.StreamHandler(open(os.devnull, "w")))
+    log.addHandler(logging.FileHandler(os.devnull))
     log.propagate = False
     for line in lines(walk(args.preset, args.running, args.depth, args.levels), args.list):
         print(line)
