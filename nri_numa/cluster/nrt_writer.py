@@ -39,7 +39,6 @@ class NrtApi(Protocol):
 @dataclass(frozen=True, slots=True)
 class WriteResult:
     action: str  # "created", "updated", "unchanged"
-    resource_version: str
     mended: bool = False  # the object read back was not the one we last wrote
 
 
@@ -63,11 +62,11 @@ class NrtWriter:
         if current is None:
             created = self._api.create(self._with_owner(copy.deepcopy(desired)))
             self._written = created
-            return WriteResult("created", created["metadata"].get("resourceVersion", ""))
+            return WriteResult("created")
         merged = self._merged(current, desired)
         if merged == current:
             self._written = current
-            return WriteResult("unchanged", current["metadata"].get("resourceVersion", ""))
+            return WriteResult("unchanged")
         try:
             updated = self._api.replace(name, merged)
         except ApiError as e:
@@ -79,7 +78,7 @@ class NrtWriter:
             else:
                 updated = self._api.replace(name, self._merged(current, desired))
         self._written = updated
-        return WriteResult("updated", updated["metadata"].get("resourceVersion", ""), mended)
+        return WriteResult("updated", mended)
 
     @property
     def owned_by_node(self) -> bool:

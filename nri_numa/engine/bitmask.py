@@ -1,8 +1,7 @@
 """NUMA masks as Python ints: bit i set means NUMA node id i is in the set.
 
 The kubelet stores masks in a uint64 and rejects ids above 63; Python ints have no such limit, so
-ids of any size work here, and for ids below 64 every order below is the kubelet's exactly
-(``is_less`` is the kubelet's unsigned integer comparison).
+ids of any size work here, and for ids below 64 every order below is the kubelet's exactly.
 
 Hint generation walks every mask of the machine's nodes; ``kubelet_order(width)`` keeps that
 order per width, and ``subset_sums`` gives a per-node quantity summed over every mask at once.
@@ -69,13 +68,9 @@ def bits(mask: int) -> list[int]:
     return out
 
 
-def is_less(a: int, b: int) -> bool:
-    """The kubelet's IsLessThan: plain integer comparison ({1,2} = 6 is less than {0,3} = 9)."""
-    return a < b
-
-
 def is_narrower(a: int, b: int) -> bool:
-    """The kubelet's IsNarrowerThan: fewer nodes first, then ``is_less``."""
+    """The kubelet's IsNarrowerThan: fewer nodes first, then the unsigned integer order (its
+    IsLessThan: {1,2} = 6 is less than {0,3} = 9)."""
     ca, cb = a.bit_count(), b.bit_count()
     if ca == cb:
         return a < b

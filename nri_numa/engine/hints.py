@@ -12,7 +12,7 @@ from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from nri_numa.engine.bitmask import bits, is_narrower, mask_of
+from nri_numa.engine.bitmask import bits, mask_of
 
 
 class MergeError(ValueError):
@@ -42,16 +42,6 @@ class Hint:
             object.__setattr__(self, "affinity", affinity)
         object.__setattr__(self, "mask", mask)
 
-    def less_than(self, other: Hint) -> bool:
-        """The kubelet's LessThan, used to sort hint lists: preferred first, then narrower.
-
-        Like the kubelet's, it needs both affinities set when the flags agree.
-        """
-        if self.preferred != other.preferred:
-            return self.preferred
-        if self.mask is None or other.mask is None:
-            raise MergeError("Hint.less_than compares affinities; one of them is None")
-        return is_narrower(self.mask, other.mask)
 
 
 # One resource's hints as the merge sees them (the kubelet's filterProvidersHints output row).

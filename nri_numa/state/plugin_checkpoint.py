@@ -69,7 +69,6 @@ class Loaded:
 
     payload: dict[str, Any]
     records: int  # journal records replayed
-    migrated: bool  # the single-file format of earlier versions
 
 
 class PluginCheckpoint:
@@ -269,9 +268,9 @@ def restore_payload(payload: dict[str, Any], data: bytes | None, shown: str,
             info("%s: ignored, its snapshot is in the single-file format", shown)
         info("checkpoint in the single-file format of an earlier nri-numa: read, and written "
              "again as snapshot and journal")
-        return Loaded(payload, 0, migrated=True)
+        return Loaded(payload, 0)
     if data is None:
-        return Loaded(payload, 0, migrated=False)  # cut short before the journal's rename
+        return Loaded(payload, 0)  # cut short before the journal's rename
     try:
         contents = journal.parse(data)
     except journal.JournalDamaged as e:
@@ -282,14 +281,14 @@ def restore_payload(payload: dict[str, Any], data: bytes | None, shown: str,
     if header.get("snapshot") != token:
         info("%s belongs to an earlier snapshot (a compaction was cut short): ignored",
                  shown)
-        return Loaded(payload, 0, migrated=False)
+        return Loaded(payload, 0)
     if contents.torn is not None and not quiet:
         log.warning("%s: torn tail dropped (%s): that event was never answered", shown,
                     contents.torn)
     image = _Image(payload, shown)
     for seq, body in enumerate(contents.records, 1):
         image.apply(_json(body, f"{shown}: record {seq}"), seq)
-    return Loaded(image.payload(), len(contents.records), migrated=False)
+    return Loaded(image.payload(), len(contents.records))
 
 
 class _Image:

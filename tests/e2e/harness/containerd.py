@@ -26,7 +26,6 @@ from tests.e2e.harness.runtimes import RUNC, ContainerdBinaries
 
 READY_TIMEOUT_S = 30.0
 STOP_TIMEOUT_S = 15.0
-CRI_NAMESPACE = "k8s.io"
 
 
 TomlTable = dict[str, object]

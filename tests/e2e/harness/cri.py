@@ -218,9 +218,6 @@ class CriClient:
     def image_status(self, ref: str) -> cri.ImageStatusResponse:
         return self.images.ImageStatus(cri.ImageStatusRequest(image=cri.ImageSpec(image=ref)), **self._kw())
 
-    def list_images(self) -> list[cri.Image]:
-        return list(self.images.ListImages(cri.ListImagesRequest(), **self._kw()).images)
-
     def run_pod(self, pod: Pod) -> str:
         sandbox_id = self.runtime.RunPodSandbox(
             cri.RunPodSandboxRequest(config=pod.sandbox_config()), **self._kw()).pod_sandbox_id
@@ -234,9 +231,6 @@ class CriClient:
     def remove_pod(self, sandbox_id: str) -> None:
         self.runtime.RemovePodSandbox(cri.RemovePodSandboxRequest(pod_sandbox_id=sandbox_id), **self._kw())
         self.pods.pop(sandbox_id, None)
-
-    def pod_status(self, sandbox_id: str) -> cri.PodSandboxStatusResponse:
-        return self.runtime.PodSandboxStatus(cri.PodSandboxStatusRequest(pod_sandbox_id=sandbox_id), **self._kw())
 
     def list_pods(self) -> list[cri.PodSandbox]:
         return list(self.runtime.ListPodSandbox(cri.ListPodSandboxRequest(), **self._kw()).items)

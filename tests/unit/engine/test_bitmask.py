@@ -9,7 +9,6 @@ import pytest
 from nri_numa.engine.bitmask import (
     bits,
     count,
-    is_less,
     is_narrower,
     iterate_masks,
     mask_of,
@@ -66,14 +65,6 @@ def test_and_of_masks_as_in_the_kubelet(masks, anded):
 ])
 def test_is_narrower(first, second, narrower):
     assert is_narrower(mask_of(first), mask_of(second)) is narrower
-
-
-@pytest.mark.parametrize("first, second, less", [
-    ([0], [1], True), ([1], [0], False), ([1, 2], [0, 3], True), ([5], [0, 1, 2, 3, 4], False),
-    ([0], [0], False),
-])
-def test_is_less_is_the_integer_order(first, second, less):
-    assert is_less(mask_of(first), mask_of(second)) is less
 
 
 def test_iterate_masks_order_matches_iterate_bit_masks():

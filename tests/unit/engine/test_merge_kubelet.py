@@ -361,10 +361,6 @@ def test_hint_semantics():
     assert NIL(True) != Hint(frozenset(), True)  # nil is not the empty mask
     assert H(0) != F(0)
     assert H(0, 1).mask == 0b11 and NIL(False).mask is None
-    assert H(5).less_than(F(0)) and not F(0).less_than(H(5))  # preferred first
-    assert H(1, 2).less_than(H(0, 3)) and H(0).less_than(H(0, 1))
-    with pytest.raises(MergeError):
-        NIL(True).less_than(H(0))
 
 
 @pytest.mark.parametrize("providers", [None, [], [{"r": [H(0)]}], [{"r1": [H(0)]}, {"r2": [H(1)]}]])
