@@ -63,3 +63,10 @@ def state_dir(tmp_path: Path) -> Iterator[Path]:
     """A state folder (checkpoint, ledger) on tmpfs where there is one."""
     with fast_tmp(tmp_path) as base:
         yield base / "state"
+
+
+@pytest.fixture
+def scratch(tmp_path: Path) -> Iterator[Path]:
+    """A scratch folder on tmpfs where there is one."""
+    with fast_tmp(tmp_path) as base:
+        yield base

@@ -3,9 +3,13 @@ its replies."""
 
 from __future__ import annotations
 
+import socket
+import threading
+from collections.abc import Callable
 from pathlib import Path
 
 from nri_numa.engine.config_reader import config_from_mapping
+from nri_numa.nri import daemon as d
 from nri_numa.nri.pb import api_pb2 as api
 from nri_numa.nri.plugin import NumaPlugin
 from nri_numa.state.checkpoint import CheckpointStore, machine_fingerprint, read_envelope
@@ -13,6 +17,7 @@ from nri_numa.state.plugin_checkpoint import read_state
 from nri_numa.topology.model import Topology
 from nri_numa.topology.parts import Cpu, Gpu, NumaNode, PciDevice
 from tests import nri_messages as msg
+from tests.integration.nri.fake_runtime import FakeRuntime
 
 GIB = 1 << 30
 CONFIG = {"cpuManagerPolicy": "static", "reservedSystemCPUs": "0",
@@ -67,3 +72,34 @@ def cpusets(updates) -> dict[str, str]:
 
 def create(plugin: NumaPlugin, sandbox: api.PodSandbox, c: api.Container):
     return plugin.create_container(msg.create(sandbox, c))
+
+
+def serve_agent(scratch: Path, calls: Callable[[FakeRuntime], list[api.CreateContainerResponse]],
+                version: str = "1.7.24", **options) -> list[api.CreateContainerResponse]:
+    """Run the whole agent (``daemon.run``) pre-launched on a socket pair, on ``machine()`` under
+    ``CONFIG``, its files in ``scratch`` and more ``DaemonOptions`` in ``options``; the runtime
+    side configures it as containerd ``version``, makes ``calls`` and closes the socket."""
+    (scratch / "node.json").write_text(machine().to_json())
+    (scratch / "config.yaml").write_text("".join(f"{k}: {v!r}\n" for k, v in CONFIG.items()))
+    plugin_end, runtime_end = socket.socketpair()
+    runtime = FakeRuntime(runtime_end).start()
+    replies: list[api.CreateContainerResponse] = []
+
+    def runtime_side() -> None:
+        try:
+            runtime.registered.wait(5)
+            runtime.call("Configure", api.ConfigureRequest(runtime_name="containerd",
+                                                           runtime_version=version),
+                         api.ConfigureResponse)
+            replies.extend(calls(runtime))
+        finally:
+            runtime.close()
+
+    side = threading.Thread(target=runtime_side, daemon=True)
+    side.start()
+    options = d.DaemonOptions(state_dir=scratch / "state", topology_file=scratch / "node.json",
+                              config_file=scratch / "config.yaml", dev_root=scratch / "dev",
+                              **options)
+    d.run(options, environ={"NRI_PLUGIN_SOCKET": str(plugin_end.detach())})
+    side.join(5)
+    return replies

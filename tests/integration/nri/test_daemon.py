@@ -21,15 +21,8 @@ from nri_numa.nri.session import NriSession
 from tests import nri_messages as msg
 from tests.integration.nri.fake_runtime import FakeRuntime
 from tests.integration.nri.plugin_env import CONFIG, machine, new_plugin
-from tests.tmpfs import fast_tmp
 
 REPO = Path(__file__).resolve().parents[3]
-
-
-@pytest.fixture
-def scratch(tmp_path: Path):
-    with fast_tmp(tmp_path) as base:
-        yield base
 
 
 def wait_for(condition, timeout: float = 5.0) -> bool:

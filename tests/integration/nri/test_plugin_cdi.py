@@ -7,28 +7,18 @@ as device nodes when it does not (1.7), and as device nodes when no spec names i
 from __future__ import annotations
 
 import json
-import socket
-import threading
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-from nri_numa.nri import daemon as d
 from nri_numa.nri.pb import api_pb2 as api
 from nri_numa.topology.cpulist import parse_list
 from tests import nri_messages as msg
 from tests.integration.nri.fake_runtime import FakeRuntime
-from tests.integration.nri.plugin_env import CONFIG, GPU_ON_NODE_1, machine
-from tests.tmpfs import fast_tmp
+from tests.integration.nri.plugin_env import GPU_ON_NODE_1, serve_agent
 
 NODE_1_CPUS = {4, 5, 6, 7}
-
-
-@pytest.fixture
-def scratch(tmp_path: Path):
-    with fast_tmp(tmp_path) as base:
-        yield base
 
 
 def _nvidia_spec(folder: Path) -> None:
@@ -45,33 +35,8 @@ def _nvidia_spec(folder: Path) -> None:
 def _serve(scratch: Path, version: str,
            calls: Callable[[FakeRuntime], list[api.CreateContainerResponse]],
            injection: str = "auto") -> list[api.CreateContainerResponse]:
-    """Run the agent pre-launched; the runtime side configures it as containerd ``version``,
-    makes ``calls`` and closes the socket."""
-    (scratch / "node.json").write_text(machine().to_json())
-    (scratch / "config.yaml").write_text("".join(f"{k}: {v!r}\n" for k, v in CONFIG.items()))
-    plugin_end, runtime_end = socket.socketpair()
-    runtime = FakeRuntime(runtime_end).start()
-    replies: list[api.CreateContainerResponse] = []
-
-    def runtime_side() -> None:
-        try:
-            runtime.registered.wait(5)
-            runtime.call("Configure", api.ConfigureRequest(runtime_name="containerd",
-                                                           runtime_version=version),
-                         api.ConfigureResponse)
-            replies.extend(calls(runtime))
-        finally:
-            runtime.close()
-
-    side = threading.Thread(target=runtime_side, daemon=True)
-    side.start()
-    options = d.DaemonOptions(state_dir=scratch / "state", topology_file=scratch / "node.json",
-                              config_file=scratch / "config.yaml", dev_root=scratch / "dev",
-                              device_injection=injection, cdi_spec_dirs=(scratch / "etc-cdi",
-                                                                         scratch / "run-cdi"))
-    d.run(options, environ={"NRI_PLUGIN_SOCKET": str(plugin_end.detach())})
-    side.join(5)
-    return replies
+    return serve_agent(scratch, calls, version, device_injection=injection,
+                       cdi_spec_dirs=(scratch / "etc-cdi", scratch / "run-cdi"))
 
 
 def _create(runtime: FakeRuntime, pod: str, annotations: dict[str, str],

@@ -7,60 +7,16 @@ is one warning and changes nothing."""
 from __future__ import annotations
 
 import logging
-import socket
-import threading
-from collections.abc import Callable
-from pathlib import Path
-
-import pytest
 
 from nri_numa.engine.annotations import SCHEDULED_NUMA_NODES
-from nri_numa.nri import daemon as d
 from nri_numa.nri.pb import api_pb2 as api
 from nri_numa.topology.cpulist import parse_list
 from tests import nri_messages as msg
 from tests.integration.nri.fake_runtime import FakeRuntime
-from tests.integration.nri.plugin_env import CONFIG, machine
-from tests.tmpfs import fast_tmp
+from tests.integration.nri.plugin_env import serve_agent
 
 NODE_0_CPUS = {1, 2, 3}  # CPU 0 is reserved
 NODE_1_CPUS = {4, 5, 6, 7}
-
-
-@pytest.fixture
-def scratch(tmp_path: Path):
-    with fast_tmp(tmp_path) as base:
-        yield base
-
-
-def _serve(scratch: Path, calls: Callable[[FakeRuntime], list[api.CreateContainerResponse]]
-           ) -> list[api.CreateContainerResponse]:
-    """The agent on a two-node machine under single-numa-node; the runtime side makes
-    ``calls`` and closes the socket."""
-    (scratch / "node.json").write_text(machine().to_json())
-    (scratch / "config.yaml").write_text("".join(f"{k}: {v!r}\n" for k, v in CONFIG.items()))
-    plugin_end, runtime_end = socket.socketpair()
-    runtime = FakeRuntime(runtime_end).start()
-    replies: list[api.CreateContainerResponse] = []
-
-    def runtime_side() -> None:
-        try:
-            runtime.registered.wait(5)
-            runtime.call("Configure", api.ConfigureRequest(runtime_name="containerd",
-                                                           runtime_version="1.7.24"),
-                         api.ConfigureResponse)
-            replies.extend(calls(runtime))
-        finally:
-            runtime.close()
-
-    side = threading.Thread(target=runtime_side, daemon=True)
-    side.start()
-    options = d.DaemonOptions(state_dir=scratch / "state", topology_file=scratch / "node.json",
-                              config_file=scratch / "config.yaml", dev_root=scratch / "dev",
-                              pod_resources_socket="")
-    d.run(options, environ={"NRI_PLUGIN_SOCKET": str(plugin_end.detach())})
-    side.join(5)
-    return replies
 
 
 def _create(runtime: FakeRuntime, pod: str, cpus: int, chosen: str | None
@@ -81,11 +37,11 @@ def _lines(caplog, words: str) -> list[str]:
 
 def test_the_chosen_node_while_it_fits_then_a_stale_line(scratch, caplog):
     caplog.set_level(logging.INFO)
-    [plain, first, second, late] = _serve(scratch, lambda rt: [
+    [plain, first, second, late] = serve_agent(scratch, lambda rt: [
         _create(rt, "plain", 1, None),  # alone, the first node that fits: node 0
         _create(rt, "first", 2, "1"),
         _create(rt, "second", 2, "1"),  # node 1 is full after this one
-        _create(rt, "late", 2, "1")])
+        _create(rt, "late", 2, "1")], pod_resources_socket="")
     assert _cpus(plain) <= NODE_0_CPUS
     assert _cpus(first) <= NODE_1_CPUS and _cpus(second) <= NODE_1_CPUS
     assert len(_cpus(first) | _cpus(second)) == 4
@@ -98,10 +54,10 @@ def test_the_chosen_node_while_it_fits_then_a_stale_line(scratch, caplog):
 
 def test_a_wider_annotation_widens_nothing_and_a_bad_one_is_a_warning(scratch, caplog):
     caplog.set_level(logging.INFO)
-    [wide, bad, unknown] = _serve(scratch, lambda rt: [
+    [wide, bad, unknown] = serve_agent(scratch, lambda rt: [
         _create(rt, "wide", 1, "0-1"),
         _create(rt, "bad", 1, "1,,x"),
-        _create(rt, "unknown", 1, "5")])
+        _create(rt, "unknown", 1, "5")], pod_resources_socket="")
     assert len(_cpus(wide)) == 1  # one CPU on one node under single-numa-node, as without it
     for reply in (bad, unknown):  # placed as without the annotation: the first node that fits
         assert len(_cpus(reply)) == 1 and _cpus(reply) <= NODE_0_CPUS

@@ -20,7 +20,6 @@ from nri_numa.podresources.fake_server import FakeKubelet
 from nri_numa.podresources.fake_state import FakeKubeletState, state_from_mapping
 from nri_numa.podresources.source import KubeletDeviceHints
 from tests.integration.nri.plugin_env import GPU_ON_NODE_1, machine
-from tests.tmpfs import fast_tmp
 
 REPO = Path(__file__).resolve().parents[3]
 GPU = "nvidia.com/gpu"
@@ -40,12 +39,6 @@ STATE = {
 
 def state(**changes) -> FakeKubeletState:
     return state_from_mapping({**STATE, **changes})
-
-
-@pytest.fixture
-def scratch(tmp_path: Path) -> Iterator[Path]:
-    with fast_tmp(tmp_path) as base:
-        yield base
 
 
 @pytest.fixture

@@ -28,7 +28,6 @@ from nri_numa.topology.cpulist import parse_list
 from tests import nri_messages as msg
 from tests.integration.nri.fake_runtime import FakeRuntime
 from tests.integration.nri.plugin_env import CONFIG, GPU_ON_NODE_1, machine, new_plugin
-from tests.tmpfs import fast_tmp
 
 REPO = Path(__file__).resolve().parents[3]
 GPU = "nvidia.com/gpu"
@@ -50,12 +49,6 @@ pods:
     name: plain
     containers: [{{name: main}}]
 """
-
-
-@pytest.fixture
-def scratch(tmp_path: Path) -> Iterator[Path]:
-    with fast_tmp(tmp_path) as base:
-        yield base
 
 
 def wait_for(condition, timeout: float = 20.0) -> bool:
