@@ -17,6 +17,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from nri_numa.agent import metrics_http
 from nri_numa.agent.metrics import MetricsError, MetricsServer, PluginMetrics
 from nri_numa.agent.settings import MetricsAddress
+from tests.polling import until
 
 SCRAPE_TIMEOUT_S = 2.0  # each scrape here answers in milliseconds; a blocked one fails fast
 
@@ -172,10 +173,8 @@ def test_clients_over_the_connection_cap_are_closed_and_the_server_recovers(
         for sock in held:
             sock.close()
     try:
-        deadline = time.monotonic() + 5
-        while scrape_status(server) != 200:  # the held connections' threads end on close
-            assert time.monotonic() < deadline
-            time.sleep(0.05)
+        # The held connections' threads end on close.
+        until(lambda: scrape_status(server) == 200, 5, 0.05)
     finally:
         server.stop()
 

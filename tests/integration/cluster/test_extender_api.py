@@ -17,6 +17,7 @@ from nri_numa.engine.config_reader import config_from_mapping
 from nri_numa.engine.context import EngineContext
 from nri_numa.state.ledger import Ledger
 from nri_numa.topology.synthetic.presets import preset_topology
+from tests.polling import until
 
 pytest.importorskip("kubernetes")
 from tests.e2e_k8s.apiserver import ApiServer  # noqa: E402
@@ -48,13 +49,6 @@ def nrt(name: str, generation: int) -> dict:
     text = encode(ledger.ctx.topology, ledger.ctx.config, ledger.allocations, generation)
     return {"apiVersion": "topology.node.k8s.io/v1alpha2", "kind": "NodeResourceTopology",
             "metadata": {"name": name, "annotations": {ANNOTATION: text}}, "zones": []}
-
-
-def until(check, seconds: float = 10.0):
-    deadline = time.monotonic() + seconds
-    while not check():
-        assert time.monotonic() < deadline, "not within the time"
-        time.sleep(0.05)
 
 
 def test_the_watch_follows_the_objects_and_bind_annotates_and_binds(api):

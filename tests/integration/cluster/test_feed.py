@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import logging
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -16,6 +15,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from nri_numa.agent.prometheus_text import Registry, exposition
 from nri_numa.cluster import feed as feed_module
 from nri_numa.cluster.feed import ClusterFeed, ExportCollector
+from tests.polling import until
 
 # Stands in for the export process: records each message, answers each object with a status.
 RECORDER = r"""
@@ -30,15 +30,6 @@ for line in sys.stdin:
                           "writes": message["object"]["n"], "errors": 0, "last_success": 1.5}),
               flush=True)
 """
-
-
-def wait_until(condition, timeout_s: float = 10.0):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if found := condition():
-            return found
-        time.sleep(0.02)
-    raise AssertionError(f"not within {timeout_s} s")
 
 
 def received(path: Path) -> list[dict]:
@@ -59,14 +50,14 @@ def test_a_burst_of_changes_is_one_object_and_the_status_comes_back(recorder, ca
     caplog.set_level(logging.INFO, logger="nri_numa.cluster")
     feed.start()
     try:
-        wait_until(lambda: received(path))  # the first object goes at start
+        until(lambda: received(path))  # the first object goes at start
         for _ in range(200):
             count["n"] += 1
             feed.changed()
-        wait_until(lambda: received(path)[-1]["object"]["n"] == 200)
+        until(lambda: received(path)[-1]["object"]["n"] == 200)
         objects = [m for m in received(path) if m["kind"] == "nrt"]
         assert len(objects) <= 3, objects  # the start, then the burst in one or two batches
-        wait_until(lambda: feed.status.writes == 200)
+        until(lambda: feed.status.writes == 200)
         assert feed.status.state == "synced" and feed.status.last_success == 1.5
         assert "recorder started" in caplog.text
     finally:
@@ -92,7 +83,7 @@ def test_the_export_metrics_follow_the_status(recorder):
         "nri_numa_nrt_export_restarts_total": ("counter", 0)}
     feed.start()
     try:
-        wait_until(lambda: feed.status.writes == 7)
+        until(lambda: feed.status.writes == 7)
         got = export_metrics(feed)
     finally:
         feed.stop()
@@ -106,11 +97,11 @@ def test_other_messages_go_in_order_before_the_object(recorder):
     feed = ClusterFeed(lambda: {"n": 1}, command, batch_s=0.05)
     feed.start()
     try:
-        wait_until(lambda: received(path))
+        until(lambda: received(path))
         for pod in ("a", "b", "c"):
             feed.send({"kind": "refusal", "pod": pod})
         feed.changed()
-        wait_until(lambda: len(received(path)) >= 5)
+        until(lambda: len(received(path)) >= 5)
         kinds = [(m["kind"], m.get("pod")) for m in received(path)[1:5]]
         assert kinds == [("refusal", "a"), ("refusal", "b"), ("refusal", "c"), ("nrt", None)]
     finally:
@@ -124,13 +115,13 @@ def test_a_child_that_dies_is_started_again_and_gets_the_latest_object(recorder,
     feed = ClusterFeed(lambda: {"n": count["n"]}, command, batch_s=0.05)
     feed.start()
     try:
-        wait_until(lambda: received(path))
+        until(lambda: received(path))
         first = feed._process
         first.kill()
         first.wait()
         count["n"] = 2
-        wait_until(lambda: feed._process is not first and feed._running())
-        wait_until(lambda: [m for m in received(path) if m["kind"] == "nrt"][-1]["object"]["n"] == 2)
+        until(lambda: feed._process is not first and feed._running())
+        until(lambda: [m for m in received(path) if m["kind"] == "nrt"][-1]["object"]["n"] == 2)
         assert feed.restarts == 1
     finally:
         feed.stop()
@@ -140,7 +131,7 @@ def test_stopping_ends_the_child_through_its_input(recorder):
     command, path = recorder
     feed = ClusterFeed(lambda: {"n": 1}, command, batch_s=0.05)
     feed.start()
-    wait_until(lambda: received(path))
+    until(lambda: received(path))
     process = feed._process
     feed.stop()
     assert process.poll() == 0  # it read to the end of its input and exited by itself

@@ -15,6 +15,7 @@ import pytest
 
 from nri_numa.engine.request import ContainerKind
 from nri_numa.nri.whole_pod import PodSpecs
+from tests.polling import until
 
 pytest.importorskip("kubernetes")
 from tests.e2e_k8s.apiserver import running_api_server  # noqa: E402
@@ -31,14 +32,6 @@ def api(tmp_path_factory):
     with running_api_server(Path(tmp_path_factory.mktemp("apiserver")),
                             users={AGENT_USER: "agent-token-0123456789abcdef"}) as found:
         yield found
-
-
-def until(check, seconds: float = 15.0):
-    deadline = time.monotonic() + seconds
-    while not (found := check()):
-        assert time.monotonic() < deadline, "not within the time"
-        time.sleep(0.05)
-    return found
 
 
 def bound_pod(name: str, node: str = NODE) -> dict:

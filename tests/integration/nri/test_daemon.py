@@ -21,17 +21,9 @@ from nri_numa.nri.session import NriSession
 from tests import nri_messages as msg
 from tests.integration.nri.fake_runtime import FakeRuntime
 from tests.integration.nri.plugin_env import CONFIG, machine, new_plugin
+from tests.polling import until
 
 REPO = Path(__file__).resolve().parents[3]
-
-
-def wait_for(condition, timeout: float = 5.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        time.sleep(0.01)
-    return False
 
 
 def test_backoff_doubles_up_to_the_cap_with_jitter():
@@ -69,13 +61,13 @@ def test_external_mode_retries_then_reconnects_after_a_runtime_restart(caplog):
     worker = threading.Thread(target=daemon.run_external, daemon=True)
     worker.start()
     try:
-        assert wait_for(lambda: connect.runtimes and connect.runtimes[0].registered.is_set())
+        until(lambda: connect.runtimes and connect.runtimes[0].registered.is_set(), 5)
         assert connect.attempts == 4
         first = connect.runtimes[0]
         assert first.configure().events == 0x6CF
         first.synchronize()
         first.close()  # containerd restarts: the plugin sees EOF and connects again
-        assert wait_for(lambda: len(connect.runtimes) == 2 and connect.runtimes[1].registered.is_set())
+        until(lambda: len(connect.runtimes) == 2 and connect.runtimes[1].registered.is_set(), 5)
         second = connect.runtimes[1]
         second.configure()
         sandbox = msg.pod("g")
@@ -205,7 +197,7 @@ def test_sigterm_stops_the_agent_cleanly(scratch):
          "--config", str(config), "--log-file", str(log_file)],
         cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)})
     try:
-        assert wait_for(lambda: log_file.exists() and "attempt 2" in log_file.read_text(), 20)
+        until(lambda: log_file.exists() and "attempt 2" in log_file.read_text(), 20)
         agent.send_signal(signal.SIGTERM)
         assert agent.wait(10) == 0
     finally:

@@ -21,6 +21,7 @@ from nri_numa.nri.session import NriSession, PluginError, SessionClosed
 from tests.integration.nri.fake_runtime import CallFailed, FakeRuntime
 from tests.integration.nri.plugin_env import new_plugin
 from tests.integration.nri.test_session import DEADLINE, Handlers, started
+from tests.polling import until
 
 __all__ = ["started"]  # the fixture, imported for pytest
 
@@ -60,10 +61,7 @@ def test_a_synchronize_in_time_keeps_the_session(started) -> None:
     runtime.configure()
     runtime.synchronize()
     # Set just after the reply is written: the runtime may read the reply first.
-    deadline = time.monotonic() + DEADLINE
-    while not running.session.synchronized and time.monotonic() < deadline:
-        time.sleep(0.001)
-    assert running.session.synchronized
+    until(lambda: running.session.synchronized, DEADLINE, 0.001)
     runtime.configure()
     assert not runtime.eof.is_set()
 

@@ -4,7 +4,6 @@ socketpair by the fake runtime, the way containerd 2.x splits a state too large 
 from __future__ import annotations
 
 import socket
-import time
 from collections.abc import Iterator
 
 import pytest
@@ -13,6 +12,7 @@ from nri_numa.nri.pb import api_pb2
 from nri_numa.nri.session import NriSession, SessionClosed
 from tests.integration.nri.fake_runtime import CallFailed, FakeRuntime
 from tests.integration.nri.test_session import DEADLINE, Handlers, Running, nri_threads
+from tests.polling import until
 
 # Response{status: {}, payload: SynchronizeResponse{more: true}}: what upstream's stub answers
 # to every part but the last.
@@ -35,14 +35,6 @@ def parts(pods, containers, size: int) -> list[api_pb2.SynchronizeRequest]:
     cuts = list(range(0, count, size)) or [0]
     return [api_pb2.SynchronizeRequest(pods=pods[at:at + size], containers=containers[at:at + size],
                                        more=at + size < count) for at in cuts]
-
-
-def synchronized_soon(session: NriSession) -> bool:
-    """The flag is set just after the answer is written: give the plugin's side a moment."""
-    deadline = time.monotonic() + DEADLINE
-    while not session.synchronized and time.monotonic() < deadline:
-        time.sleep(0.005)
-    return session.synchronized
 
 
 @pytest.fixture
@@ -82,7 +74,7 @@ def test_parts_are_answered_at_once_and_the_plugin_sees_the_whole_state_once(ses
     whole = handlers.calls[1][1]
     assert list(whole.pods) == pods and list(whole.containers) == containers
     assert not whole.more
-    assert synchronized_soon(running.session)
+    until(lambda: running.session.synchronized, DEADLINE, 0.005)  # set just after the answer
     assert max(length for conn, length in runtime.received.frames if conn == 1) <= 4096
 
 
@@ -99,7 +91,7 @@ def test_a_whole_synchronize_goes_straight_to_the_plugin(session) -> None:
     reply = runtime.synchronize(api_pb2.SynchronizeRequest(pods=pods, containers=containers))
     assert not reply.more and len(reply.update) == 3
     assert list(handlers.calls[1][1].containers) == containers
-    assert synchronized_soon(running.session)
+    until(lambda: running.session.synchronized, DEADLINE, 0.005)  # set just after the answer
 
 
 def test_a_failed_last_part_closes_the_session_and_nothing_is_left_over(session) -> None:
