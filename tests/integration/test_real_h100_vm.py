@@ -5,16 +5,14 @@ device grant on that machine gives its real device nodes."""
 from __future__ import annotations
 
 import json
-import os
-import re
-import stat
 from pathlib import Path
 
 import pytest
 
 from nri_numa.runtime.device_grant import DeviceGranter
 from nri_numa.topology.discover import discover
-from tests.integration.real_vm import precreate_on_capture, unpack_capture
+from tests.integration.real_vm import (make_device_nodes, precreate_on_capture, printed_topology,
+                                       unpack_capture)
 
 CAPTURE = Path(__file__).resolve().parents[1] / "fixtures" / "real-h100-vm"
 GPU_UUID = "GPU-0cc10ade-4865-eb33-382a-fd2e04c235d1"
@@ -25,20 +23,8 @@ def root(tmp_path_factory) -> Path:
     return unpack_capture(CAPTURE, "sysfs-h100.tar.gz", tmp_path_factory.mktemp("h100"))
 
 
-def _recorded_topology() -> dict:
-    return json.loads((CAPTURE / "topology.json").read_text())
-
-
 def test_discovery_of_the_capture_equals_what_was_printed_there(root):
-    found = json.loads(discover(root).to_json())
-    expected = _recorded_topology()
-    for device in expected["pci_devices"]:
-        assert device["numa_node"] is None  # what main printed there before -1 meant node 0
-        device["numa_node"] = 0
-        device["driver"] = None  # the capture kept no driver links
-    for gpu in expected["gpus"]:
-        gpu["numa_node"] = 0
-    assert found == expected
+    assert json.loads(discover(root).to_json()) == printed_topology(CAPTURE)
 
 
 def test_the_gpu_is_local_to_the_only_node(root):
@@ -47,19 +33,9 @@ def test_the_gpu_is_local_to_the_only_node(root):
     assert topology.warnings == ()
 
 
-def _recorded_nodes() -> list[tuple[str, int, int]]:
-    line = re.compile(r"^c\S+\s+\d+\s+\S+\s+\S+\s+(\d+),\s+(\d+)\s.*\s(/dev/\S+)$")
-    return [(m[3], int(m[1]), int(m[2]))
-            for m in map(line.match, (CAPTURE / "dev-nodes.txt").read_text().splitlines()) if m]
-
-
 @pytest.fixture
 def dev(tmp_path) -> Path:
-    dev = tmp_path / "dev"
-    dev.mkdir()
-    for path, major, minor in _recorded_nodes():
-        os.mknod(dev / Path(path).name, 0o666 | stat.S_IFCHR, os.makedev(major, minor))
-    return dev
+    return make_device_nodes(tmp_path / "dev", CAPTURE / "dev-nodes.txt")
 
 
 def _printed(name: str) -> list:

@@ -6,15 +6,13 @@ kept), and precreate on that machine gives the spec it printed there, real devic
 from __future__ import annotations
 
 import json
-import os
-import re
-import stat
 from pathlib import Path
 
 import pytest
 
 from nri_numa.topology.discover import discover
-from tests.integration.real_vm import precreate_on_capture, unpack_capture
+from tests.integration.real_vm import (make_device_nodes, precreate_on_capture, printed_topology,
+                                       unpack_capture)
 
 CAPTURE = Path(__file__).resolve().parents[1] / "fixtures" / "real-h200-vm"
 GPU_UUID = "GPU-23eb4708-fe47-27b6-8154-b8d0f2155114"
@@ -27,28 +25,14 @@ def root(tmp_path_factory) -> Path:
 
 def test_discovery_of_the_capture_equals_what_was_printed_there(root):
     found = json.loads(discover(root).to_json())
-    expected = json.loads((CAPTURE / "topology.json").read_text())
-    for device in expected["pci_devices"]:
-        assert device["numa_node"] is None  # printed before -1 meant the only node
-        device["numa_node"] = 0
-        device["driver"] = None
-    for gpu in expected["gpus"]:
-        gpu["numa_node"] = 0
-    assert found == expected
+    assert found == printed_topology(CAPTURE)
     assert [(g["uuid"], g["name"], g["minor"]) for g in found["gpus"]] == [
         (GPU_UUID, "NVIDIA H200", 0)]
 
 
 @pytest.fixture
 def dev(tmp_path) -> Path:
-    """The device nodes `ls -l /dev/nvidia*` showed there, with their real numbers."""
-    dev = tmp_path / "dev"
-    dev.mkdir()
-    line = re.compile(r"^c\S+\s+\d+\s+\S+\s+\S+\s+(\d+),\s+(\d+)\s.*\s(/dev/nvidia\S*)$")
-    for m in map(line.match, (CAPTURE / "machine.txt").read_text().splitlines()):
-        if m:
-            os.mknod(dev / Path(m[3]).name, 0o666 | stat.S_IFCHR, os.makedev(int(m[1]), int(m[2])))
-    return dev
+    return make_device_nodes(tmp_path / "dev", CAPTURE / "machine.txt")
 
 
 def test_precreate_on_that_machine_writes_the_spec_printed_there(root, dev, tmp_path):
