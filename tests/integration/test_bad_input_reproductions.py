@@ -1,5 +1,5 @@
 """The reproductions of the reliability issue's items 1 and 5 (bounded inputs, one-line
-errors), one test each, through the real command line. Each failed before the change: a
+errors), one case each, through the real command line. Each failed before the change: a
 traceback instead of a line (a map where a string belongs, a YAML tag, deep nesting), a lost
 log line (a lone surrogate in a hook's container id), work without end (CPU lists), a megabyte
 echoed back, or an error over three lines (docs/refusals.md, "Bad input")."""
@@ -69,36 +69,23 @@ def cli_process(args: list[str], timeout: float) -> subprocess.CompletedProcess:
 
 
 @pytest.mark.parametrize("command", ["simulate", "run"])
-def test_a_map_where_a_string_belongs_is_one_line(tmp_path, capsys, command):
+@pytest.mark.parametrize("text, needle", [
     # Was: TypeError: unhashable type: 'dict', with its traceback.
-    config = tmp_path / "config.yaml"
-    config.write_text("topologyManagerScope: {a: 1}\n")
-    code, err = (simulate(capsys, config) if command == "simulate"
-                 else run_agent(capsys, tmp_path, config))
-    assert code == 1
-    one_error_line(err, "topologyManagerScope: {'a': 1} is not one of container, pod")
-
-
-@pytest.mark.parametrize("command", ["simulate", "run"])
-def test_a_yaml_tag_its_value_does_not_fit_is_one_line(tmp_path, capsys, command):
+    ("topologyManagerScope: {a: 1}\n",
+     "topologyManagerScope: {'a': 1} is not one of container, pod"),
     # Was: ValueError: could not convert string to float: 'y'.
-    config = tmp_path / "config.yaml"
-    config.write_text("topologyManagerScope: !!float y\n")
-    code, err = (simulate(capsys, config) if command == "simulate"
-                 else run_agent(capsys, tmp_path, config))
-    assert code == 1
-    one_error_line(err, "config.yaml: line 1: 'y' cannot be read as !!float")
-
-
-@pytest.mark.parametrize("command", ["simulate", "run"])
-def test_a_thousand_brackets_are_one_line(tmp_path, capsys, command):
+    ("topologyManagerScope: !!float y\n", "config.yaml: line 1: 'y' cannot be read as !!float"),
     # Was: RecursionError from PyYAML's composer.
+    ("topologyManagerScope: " + "[" * 1000 + "\n",
+     "config.yaml: line 1: nested deeper than 64 levels"),
+], ids=["a map where a string belongs", "a YAML tag its value does not fit", "a thousand brackets"])
+def test_a_bad_configuration_is_one_line(tmp_path, capsys, command, text, needle):
     config = tmp_path / "config.yaml"
-    config.write_text("topologyManagerScope: " + "[" * 1000 + "\n")
+    config.write_text(text)
     code, err = (simulate(capsys, config) if command == "simulate"
                  else run_agent(capsys, tmp_path, config))
     assert code == 1
-    one_error_line(err, "config.yaml: line 1: nested deeper than 64 levels")
+    one_error_line(err, needle)
 
 
 @pytest.mark.parametrize("cpus, needle", [
