@@ -4,6 +4,7 @@ traceback, writable by any stream."""
 
 from __future__ import annotations
 
+import copy
 import io
 import os
 import sys
@@ -15,6 +16,16 @@ from hypothesis import strategies as st
 
 from nri_numa.cli import main
 from nri_numa.safeio.bounds import LINE_LIMIT
+
+def with_value(document: Any, path: tuple, value: Any) -> Any:
+    """A copy of ``document`` with the item at ``path`` (keys and indexes) set to ``value``."""
+    changed = copy.deepcopy(document)
+    target = changed
+    for key in path[:-1]:
+        target = target[key]
+    target[path[-1]] = value
+    return changed
+
 
 def examples(n: int) -> int:
     """``n`` examples, sized for CI (a few seconds a test on two cores); a longer hunt sets

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
 
 import pytest
 from google.protobuf.message import DecodeError
@@ -18,7 +17,7 @@ from nri_numa.podresources.pb import api_pb2 as pr
 from nri_numa.podresources.pod_heads import PodHeads, pods_named
 from nri_numa.runtime.cdi import SpecError, read_spec
 from nri_numa.topology.synthetic import preset_topology
-from tests.property.bad_input import TEXT, VALUE, YAML_TEXT, check_line, examples
+from tests.property.bad_input import TEXT, VALUE, YAML_TEXT, check_line, examples, with_value
 
 TOPOLOGY = preset_topology("pcie-4gpu")
 SPEC = {"cdiVersion": "0.6.0", "kind": "nvidia.com/gpu",
@@ -31,15 +30,6 @@ SPEC_FIELDS = [("cdiVersion",), ("kind",), ("devices",), ("devices", 0), ("devic
                ("devices", 0, "containerEdits", "deviceNodes", 0, "major"),
                ("devices", 0, "containerEdits", "deviceNodes", 0, "type"),
                ("containerEdits",), ("containerEdits", "deviceNodes", 0, "hostPath")]
-
-
-def with_value(path: tuple, value: Any) -> dict:
-    spec = json.loads(json.dumps(SPEC))
-    target = spec
-    for key in path[:-1]:
-        target = target[key]
-    target[path[-1]] = value
-    return spec
 
 
 @pytest.fixture(scope="module")
@@ -58,7 +48,7 @@ def read(path: Path, text: str) -> None:
 @settings(max_examples=examples(60))
 @given(st.sampled_from(SPEC_FIELDS), VALUE, st.sampled_from([".json", ".yaml"]))
 def test_any_field_of_a_cdi_spec_is_read_or_refused_in_one_line(folder, field, value, suffix):
-    read(folder / f"spec{suffix}", json.dumps(with_value(field, value)))
+    read(folder / f"spec{suffix}", json.dumps(with_value(SPEC, field, value)))
 
 
 @settings(max_examples=examples(60))

@@ -5,7 +5,6 @@ kind; what it reads is always what the kubelet accepts (a valid resource, unique
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -16,20 +15,11 @@ from hypothesis import strategies as st
 from nri_numa.fake_device_plugin.devices import (MAX_ID_LENGTH, DeviceList, DeviceListError,
                                                  device_from_flag, devices_from_mapping,
                                                  read_device_file)
-from tests.property.bad_input import TEXT, VALUE, YAML_TEXT, check_line, examples
+from tests.property.bad_input import TEXT, VALUE, YAML_TEXT, check_line, examples, with_value
 
 GOOD = {"resource": "example.com/gpu", "devices": [{"id": "a", "numa": [0], "health": "Healthy"}]}
 FIELDS = [("resource",), ("devices",), ("devices", 0), ("devices", 0, "id"),
           ("devices", 0, "numa"), ("devices", 0, "numa", 0), ("devices", 0, "health")]
-
-
-def with_value(path: tuple, value: Any) -> dict:
-    data = json.loads(json.dumps(GOOD))
-    target = data
-    for key in path[:-1]:
-        target = target[key]
-    target[path[-1]] = value
-    return data
 
 
 def check_read(devices: DeviceList) -> None:
@@ -43,7 +33,7 @@ def check_read(devices: DeviceList) -> None:
 @given(st.sampled_from(FIELDS), VALUE)
 def test_any_value_in_any_field_is_read_or_one_line(path: tuple, value: Any) -> None:
     try:
-        check_read(devices_from_mapping(with_value(path, value)))
+        check_read(devices_from_mapping(with_value(GOOD, path, value)))
     except DeviceListError as e:
         check_line(str(e))
 

@@ -5,16 +5,14 @@ cannot be read is one line; exit status 0 without bad entries, 1 with; never a t
 
 from __future__ import annotations
 
-import copy
 import json
 from pathlib import Path
-from typing import Any
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.property.bad_input import TEXT, VALUE, YAML_TEXT, check_lines, cli, examples
+from tests.property.bad_input import TEXT, VALUE, YAML_TEXT, check_lines, cli, examples, with_value
 
 BASE = {"apiVersion": "v1", "kind": "Pod",
         "metadata": {"name": "p", "namespace": "ns",
@@ -38,16 +36,7 @@ FIELDS = [("kind",), ("metadata",), ("metadata", "name"), ("metadata", "namespac
           ("spec", "containers", 0, "resources", "requests")]
 
 
-def with_value(path: tuple, value: Any) -> dict:
-    pod = copy.deepcopy(BASE)
-    target = pod
-    for key in path[:-1]:
-        target = target[key]
-    target[path[-1]] = value
-    return pod
-
-
-PODS = st.builds(with_value, st.sampled_from(FIELDS), VALUE)
+PODS = st.builds(with_value, st.just(BASE), st.sampled_from(FIELDS), VALUE)
 ENTRIES = st.lists(st.one_of(PODS, st.builds(lambda t: {"delete": t}, VALUE),
                              st.just(BASE)), min_size=1, max_size=4)
 

@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from nri_numa.topology.synthetic import preset_topology
-from tests.property.bad_input import VALUE, YAML_TEXT, check_lines, cli, examples
+from tests.property.bad_input import VALUE, YAML_TEXT, check_lines, cli, examples, with_value
 
 BASE = preset_topology("pcie-4gpu").to_dict()
 
@@ -31,15 +31,6 @@ def paths(value: Any, prefix: tuple = ()) -> list[tuple]:
 
 
 FIELDS = paths(BASE)
-
-
-def with_value(path: tuple, value: Any) -> dict:
-    topology = json.loads(json.dumps(BASE))
-    target = topology
-    for key in path[:-1]:
-        target = target[key]
-    target[path[-1]] = value
-    return topology
 
 
 @pytest.fixture(scope="module")
@@ -65,7 +56,7 @@ def read(folder: Path, text: str, command: str) -> None:
 @settings(max_examples=examples(60))
 @given(st.sampled_from(FIELDS), VALUE, st.sampled_from(["topology", "simulate"]))
 def test_any_field_of_a_topology_is_read_or_refused_in_one_line(folder, field, value, command):
-    read(folder, json.dumps(with_value(field, value)), command)
+    read(folder, json.dumps(with_value(BASE, field, value)), command)
 
 
 @settings(max_examples=examples(30))
