@@ -184,26 +184,20 @@ def test_clean_eof_is_reported(pair) -> None:
     assert sinks[1].lost_event.wait(CLOSE_DEADLINE)
 
 
-def test_sink_protocol_error_closes_with_its_message() -> None:
-    ours, peer = socket.socketpair()
-    mux = Mux(ours)
-    mux.attach(1, Exploding(ProtocolError("bad ttrpc header")))
-    mux.start()
-    peer.sendall(frame(1, b"x"))
-    assert wait_closed(mux) == "protocol error: bad ttrpc header"
-    mux.close()
-    peer.close()
-
-
-def test_sink_bug_closes_the_mux_without_killing_the_process(monkeypatch) -> None:
+@pytest.mark.parametrize("error, reason", [
+    (ProtocolError("bad ttrpc header"), "protocol error: bad ttrpc header"),
+    (KeyError("oops"), "internal error while reading: KeyError: 'oops'"),  # a bug in a sink
+], ids=["protocol error", "sink bug"])
+def test_a_sink_that_raises_closes_the_mux_with_its_reason_not_the_process(
+        monkeypatch, error, reason) -> None:
     escaped: list[BaseException] = []
     monkeypatch.setattr(threading, "excepthook", lambda args: escaped.append(args.exc_value))
     ours, peer = socket.socketpair()
     mux = Mux(ours)
-    mux.attach(1, Exploding(KeyError("oops")))
+    mux.attach(1, Exploding(error))
     mux.start()
     peer.sendall(frame(1, b"x"))
-    assert wait_closed(mux) == "internal error while reading: KeyError: 'oops'"
+    assert wait_closed(mux) == reason
     mux.close()
     assert escaped == []
     peer.close()
