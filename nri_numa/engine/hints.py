@@ -43,7 +43,6 @@ class Hint:
         object.__setattr__(self, "mask", mask)
 
 
-
 # One resource's hints as the merge sees them (the kubelet's filterProvidersHints output row).
 Slot = tuple[Hint, ...]
 # The merge a policy runs: the slots, and whether prefer-closest-numa-nodes may apply.
