@@ -74,13 +74,21 @@ def create(plugin: NumaPlugin, sandbox: api.PodSandbox, c: api.Container):
     return plugin.create_container(msg.create(sandbox, c))
 
 
+def agent_files(folder: Path) -> tuple[Path, Path]:
+    """``machine()`` and ``CONFIG`` written to ``folder`` as the agent reads them: the topology
+    file (node.json) and the configuration file (config.yaml)."""
+    topology, config = folder / "node.json", folder / "config.yaml"
+    topology.write_text(machine().to_json())
+    config.write_text("".join(f"{k}: {v!r}\n" for k, v in CONFIG.items()))
+    return topology, config
+
+
 def serve_agent(scratch: Path, calls: Callable[[FakeRuntime], list[api.CreateContainerResponse]],
                 version: str = "1.7.24", **options) -> list[api.CreateContainerResponse]:
     """Run the whole agent (``daemon.run``) pre-launched on a socket pair, on ``machine()`` under
     ``CONFIG``, its files in ``scratch`` and more ``DaemonOptions`` in ``options``; the runtime
     side configures it as containerd ``version``, makes ``calls`` and closes the socket."""
-    (scratch / "node.json").write_text(machine().to_json())
-    (scratch / "config.yaml").write_text("".join(f"{k}: {v!r}\n" for k, v in CONFIG.items()))
+    topology, config = agent_files(scratch)
     plugin_end, runtime_end = socket.socketpair()
     runtime = FakeRuntime(runtime_end).start()
     replies: list[api.CreateContainerResponse] = []
@@ -97,9 +105,8 @@ def serve_agent(scratch: Path, calls: Callable[[FakeRuntime], list[api.CreateCon
 
     side = threading.Thread(target=runtime_side, daemon=True)
     side.start()
-    options = d.DaemonOptions(state_dir=scratch / "state", topology_file=scratch / "node.json",
-                              config_file=scratch / "config.yaml", dev_root=scratch / "dev",
-                              **options)
+    options = d.DaemonOptions(state_dir=scratch / "state", topology_file=topology,
+                              config_file=config, dev_root=scratch / "dev", **options)
     d.run(options, environ={"NRI_PLUGIN_SOCKET": str(plugin_end.detach())})
     side.join(5)
     return replies

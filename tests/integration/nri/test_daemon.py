@@ -20,7 +20,7 @@ from nri_numa.nri.pb import api_pb2 as api
 from nri_numa.nri.session import NriSession
 from tests import nri_messages as msg
 from tests.integration.nri.fake_runtime import FakeRuntime
-from tests.integration.nri.plugin_env import CONFIG, machine, new_plugin
+from tests.integration.nri.plugin_env import agent_files, new_plugin
 from tests.polling import until
 
 REPO = Path(__file__).resolve().parents[3]
@@ -112,16 +112,8 @@ def test_external_mode_waits_for_the_socket_to_appear(scratch):
     assert not worker.is_alive()
 
 
-def _files(scratch: Path) -> tuple[Path, Path]:
-    topology = scratch / "node.json"
-    topology.write_text(machine().to_json())
-    config = scratch / "config.yaml"
-    config.write_text("".join(f"{k}: {v!r}\n" for k, v in CONFIG.items()))
-    return topology, config
-
-
 def test_prelaunched_mode_serves_fd_until_the_runtime_closes_it(scratch):
-    topology, config = _files(scratch)
+    topology, config = agent_files(scratch)
     plugin_end, runtime_end = socket.socketpair()
     runtime = FakeRuntime(runtime_end).start()
     created: list[api.CreateContainerResponse] = []
@@ -157,7 +149,7 @@ def test_prelaunched_mode_serves_fd_until_the_runtime_closes_it(scratch):
      "not all reserved cpus"),
 ])
 def test_start_up_problems_are_named(scratch, setup, message):
-    topology, config = _files(scratch)
+    topology, config = agent_files(scratch)
     setup(scratch)
     options = d.DaemonOptions(state_dir=scratch / "state", topology_file=topology,
                               config_file=config)
@@ -166,7 +158,7 @@ def test_start_up_problems_are_named(scratch, setup, message):
 
 
 def test_a_second_agent_on_the_same_state_folder_is_refused(scratch):
-    topology, config = _files(scratch)
+    topology, config = agent_files(scratch)
     options = d.DaemonOptions(state_dir=scratch / "state", topology_file=topology,
                               config_file=config)
     held = d.CheckpointStore(scratch / "state", "any")
@@ -179,7 +171,7 @@ def test_a_second_agent_on_the_same_state_folder_is_refused(scratch):
 
 
 def test_bad_prelaunch_socket_is_named(scratch):
-    topology, config = _files(scratch)
+    topology, config = agent_files(scratch)
     options = d.DaemonOptions(state_dir=scratch / "state", topology_file=topology,
                               config_file=config)
     with pytest.raises(d.DaemonError, match="NRI_PLUGIN_SOCKET='3x' is not a file descriptor"):
@@ -189,7 +181,7 @@ def test_bad_prelaunch_socket_is_named(scratch):
 
 
 def test_sigterm_stops_the_agent_cleanly(scratch):
-    topology, config = _files(scratch)
+    topology, config = agent_files(scratch)
     log_file = scratch / "agent.log"
     agent = subprocess.Popen(
         [sys.executable, "-m", "nri_numa", "run", "--nri-socket", str(scratch / "absent.sock"),

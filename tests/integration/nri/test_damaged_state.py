@@ -29,7 +29,7 @@ from tests import nri_messages as msg
 from tests.damaged_state import DAMAGES, VICTIM_TEXT, damage, snapshot
 from tests.integration.nri.fake_runtime import FakeRuntime
 from nri_numa.state.checkpoint import CheckpointStore, machine_fingerprint
-from tests.integration.nri.plugin_env import CONFIG, create, machine, new_plugin, saved_payload
+from tests.integration.nri.plugin_env import agent_files, create, machine, new_plugin, saved_payload
 from tests.tmpfs import fast_tmp
 
 REPO = Path(__file__).resolve().parents[3]
@@ -38,8 +38,7 @@ REPO = Path(__file__).resolve().parents[3]
 @pytest.fixture
 def scratch(tmp_path: Path):
     with fast_tmp(tmp_path) as base:
-        (base / "node.json").write_text(machine().to_json())
-        (base / "config.yaml").write_text("".join(f"{k}: {v!r}\n" for k, v in CONFIG.items()))
+        agent_files(base)
         yield base
 
 
