@@ -35,7 +35,8 @@ from nri_numa.topology.model import Topology
 from tests.e2e.cri import api_pb2 as cri
 from tests.e2e.harness.cgroups import CgroupLayout, container_cgroup_path, read_cpuset
 from tests.e2e.harness.containerd import ContainerdDaemon
-from tests.e2e.harness.cri import CriClient, Resources
+from tests.e2e.harness.cri import CriClient, Pod, Resources
+from tests.e2e.harness.image import BuiltImage
 
 REPO = Path(__file__).resolve().parents[2]
 AGENT = REPO / ".venv" / "bin" / "nri-numa"
@@ -209,6 +210,14 @@ def load_state(state_dir: Path, topology: Topology) -> SavedState:
     ctx = EngineContext.build(topology, config_from_mapping(CONFIG))
     pods, containers = records_from_dict(payload["records"])
     return SavedState(Ledger.restore(ctx, payload["ledger"]), pods, containers)
+
+
+def run(client: CriClient, pod: Pod, image: BuiltImage) -> str:
+    """Run ``pod`` with one container, ``work``, started; its id."""
+    sandbox = client.run_pod(pod)
+    container = client.create_container(sandbox, pod.container_config("work", image.ref))
+    client.start_container(container)
+    return container
 
 
 def cgroup_cpus(client: CriClient, layout: CgroupLayout, container_id: str) -> frozenset[int]:

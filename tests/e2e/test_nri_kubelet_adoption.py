@@ -20,19 +20,12 @@ from tests.e2e.harness.containerd import ContainerdDaemon
 from tests.e2e.harness.cri import CriClient, Pod
 from tests.e2e.harness.image import BuiltImage
 from tests.e2e.nri_agent import (AGENT, BESTEFFORT, CONFIG, GUARANTEED_1, REPO, MiB, agent_on,
-                                 cgroup_cpus, start_and_connect, wait_until)
+                                 cgroup_cpus, run, start_and_connect, wait_until)
 
 pytestmark = pytest.mark.e2e
 
 STATIC_MEMORY = {"memoryManagerPolicy": "Static",
                  "reservedMemory": [{"numaNode": 0, "limits": {"memory": "256Mi"}}]}
-
-
-def run(client: CriClient, pod: Pod, image: BuiltImage) -> str:
-    sandbox = client.run_pod(pod)
-    container = client.create_container(sandbox, pod.container_config("work", image.ref))
-    client.start_container(container)
-    return container
 
 
 def write_kubelet_checkpoints(folder: Path, pod_uid: str) -> None:

@@ -20,17 +20,10 @@ from tests.e2e.harness.image import BuiltImage
 from tests.e2e.harness.timing import StepTimes
 from tests.e2e.nri_agent import (BESTEFFORT, EXCLUSIVE, GUARANTEED_1, SHARED_ONLY, Agent, agent,
                                  assert_ledger_matches_runtime, live_cpusets, load_state,
-                                 machine, start_and_connect, wait_until)
+                                 machine, run, start_and_connect, wait_until)
 
 __all__ = ["agent"]  # the fixture, imported for pytest
 pytestmark = pytest.mark.e2e
-
-
-def run(client: CriClient, pod: Pod, image: BuiltImage) -> str:
-    sandbox = client.run_pod(pod)
-    container = client.create_container(sandbox, pod.container_config("work", image.ref))
-    client.start_container(container)
-    return container
 
 
 class Creations:

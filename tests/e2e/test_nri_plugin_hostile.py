@@ -24,7 +24,7 @@ from tests.e2e.harness.timing import StepTimes
 from tests.e2e.hostile_runtime import (HostileRuntime, before_registration, ping,
                                        session_enders, survivable)
 from tests.e2e.nri_agent import (BESTEFFORT, EXCLUSIVE, GUARANTEED_1, SHARED_ONLY, Agent,
-                                 agent_on, connected_count, wait_until)
+                                 agent_on, connected_count, run, wait_until)
 
 pytestmark = pytest.mark.e2e
 SEED = 20240611
@@ -127,10 +127,3 @@ def test_hostile_runtime_then_real_containerd(
         assert agent.alive() and "Traceback" not in agent.log_text()
         assert agent.stop() == 0  # and it still ends cleanly on SIGTERM
         print(f"{cases} hostile cases; survivable ones by kind: {dict(kinds)}")
-
-
-def run(client: CriClient, pod: Pod, image: BuiltImage) -> str:
-    sandbox = client.run_pod(pod)
-    container = client.create_container(sandbox, pod.container_config("work", image.ref))
-    client.start_container(container)
-    return container

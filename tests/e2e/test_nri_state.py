@@ -15,7 +15,7 @@ from tests.e2e.harness.containerd import ContainerdDaemon
 from tests.e2e.harness.cri import CriClient, Pod
 from tests.e2e.harness.image import BuiltImage
 from tests.e2e.nri_agent import (AGENT, BESTEFFORT, GUARANTEED_1, REPO, Agent, agent,
-                                 cgroup_cpus, start_and_connect)
+                                 cgroup_cpus, run, start_and_connect)
 
 __all__ = ["agent"]  # the fixture, imported for pytest
 pytestmark = pytest.mark.e2e
@@ -24,13 +24,6 @@ pytestmark = pytest.mark.e2e
 def nri_numa_state(agent: Agent, *more: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([str(AGENT), "state", "--state-dir", str(agent.state_dir), *more],
                           capture_output=True, text=True, timeout=60, cwd=REPO)
-
-
-def run(client: CriClient, pod: Pod, image: BuiltImage) -> str:
-    sandbox = client.run_pod(pod)
-    container = client.create_container(sandbox, pod.container_config("work", image.ref))
-    client.start_container(container)
-    return container
 
 
 def test_state_matches_the_cgroups_then_reports_a_cpuset_changed_behind_its_back(
