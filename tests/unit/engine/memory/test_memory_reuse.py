@@ -52,16 +52,7 @@ def run_pod(
     """Allocate every container (init containers first, in order); sizes in GiB for memory and
     1Gi hugepages alike."""
     init_containers = [InitContainer(name, restartable) for name, restartable, _ in inits]
-    for name, _, size in inits:
-        s = allocate(
-            s,
-            pod,
-            name,
-            {"memory": size * GB, HP1G: size * GB},
-            NO_AFFINITY,
-            init_containers=init_containers,
-        )
-    for name, size in apps:
+    for name, size in [(name, size) for name, _, size in inits] + apps:
         s = allocate(
             s,
             pod,
