@@ -16,9 +16,10 @@ from collections.abc import Iterable, Mapping
 import pytest
 
 from nri_numa.engine.bitmask import bits, iterate_masks
-from nri_numa.engine.cpu import (CPUAllocationError, checked_mask, cpu_hints, cpu_hints_for_masks,
-                                 cpu_topology, distributed, set_of, take, take_cpus)
-from nri_numa.engine.cpu.accumulator import PACKED, SPREAD, CPUAccumulator, NotEnoughCPUsError
+from nri_numa.engine.cpu import (CPUAllocationError, accumulator, checked_mask, cpu_hints,
+                                 cpu_hints_for_masks, cpu_topology, distributed, set_of, take,
+                                 take_cpus)
+from nri_numa.engine.cpu.accumulator import PACKED, SPREAD, CPUAccumulator
 from nri_numa.engine.cpu.packed import take_packed
 from nri_numa.engine.cpu.take import take_cpu_mask
 from nri_numa.engine.cpu.topology import CPUTopology, bits_of
@@ -68,27 +69,6 @@ class _PlainAccumulator(CPUAccumulator):
             self.take(1 << cpu)
             if self.satisfied():
                 return
-
-
-def _plain_packed(topology: CPUTopology, free: int, count: int, strategy: str = PACKED,
-                  align_by_uncore_cache: bool = False) -> int:
-    acc = _PlainAccumulator(topology, free, count)
-    if acc.satisfied():
-        return 0
-    if acc.failed():
-        raise NotEnoughCPUsError("not enough cpus available to satisfy request: "
-                                 f"requested={count}, available={free.bit_count()}")
-    steps = [acc.take_full_first_level, acc.take_full_second_level]
-    if align_by_uncore_cache:
-        steps.append(acc.take_uncore_caches)
-    if strategy != SPREAD:
-        steps.append(acc.take_full_cores)
-    steps.append(lambda: acc.take_remaining(strategy))
-    for step in steps:
-        step()
-        if acc.satisfied():
-            return acc.result
-    raise CPUAllocationError("failed to allocate cpus")
 
 
 def random_machine(rng: random.Random) -> CPUTopology:
@@ -142,17 +122,26 @@ def test_orderings_and_free_units_match_the_plain_accumulator(seed):
             assert getattr(fast, name)() == getattr(plain, name)(), name
 
 
+def use_the_plain_accumulator(monkeypatch) -> None:
+    """The takes from here on run on ``_PlainAccumulator`` (``new_accumulator`` makes one)."""
+    monkeypatch.setattr(accumulator, "CPUAccumulator", _PlainAccumulator)
+    one_cpu = cpu_topology([{"cpu": 0, "core": 0, "socket": 0, "numa": 0}])
+    assert type(accumulator.new_accumulator(one_cpu, 1, 1)) is _PlainAccumulator
+
+
 @pytest.mark.parametrize("seed", SEEDS)
-def test_packed_and_spread_takes_match_the_plain_accumulator(seed):
+def test_packed_and_spread_takes_match_the_plain_accumulator(seed, monkeypatch):
     rng = random.Random(seed)
+    cases = []
     for _ in range(10):
         topo = random_machine(rng)
         free = random_free(rng, topo)
-        for count in sorted({0, 1, 2, 3, rng.randint(0, topo.num_cpus + 1), free.bit_count()}):
-            for strategy in (PACKED, SPREAD):
-                for uncore in (False, True):
-                    args = (topo, free, count, strategy, uncore)
-                    assert outcome(take_packed, *args) == outcome(_plain_packed, *args), args
+        counts = sorted({0, 1, 2, 3, rng.randint(0, topo.num_cpus + 1), free.bit_count()})
+        cases += [(topo, free, count, strategy, uncore) for count in counts
+                  for strategy in (PACKED, SPREAD) for uncore in (False, True)]
+    fast = [outcome(take_packed, *args) for args in cases]
+    use_the_plain_accumulator(monkeypatch)
+    assert [outcome(take_packed, *args) for args in cases] == fast
 
 
 @pytest.mark.parametrize("seed", SEEDS[:15])
@@ -170,19 +159,8 @@ def test_distributed_takes_match_with_the_plain_accumulator(seed, monkeypatch):
                 for topo, free, count, group in cases]
 
     fast = run()
-    monkeypatch.setattr(distributed, "take_packed", _plain_packed)
-    monkeypatch.setattr(distributed, "new_accumulator", _plain_new_accumulator)
+    use_the_plain_accumulator(monkeypatch)
     assert fast == run()
-
-
-def _plain_new_accumulator(topology: CPUTopology, free: int, count: int):
-    acc = _PlainAccumulator(topology, free, count)
-    if acc.satisfied():
-        return None
-    if acc.failed():
-        raise NotEnoughCPUsError("not enough cpus available to satisfy request: "
-                                 f"requested={count}, available={free.bit_count()}")
-    return acc
 
 
 @pytest.mark.parametrize("seed", SEEDS[:10])
