@@ -41,7 +41,7 @@ FUZZED_METHODS = ("CreateContainer", "UpdateContainer", "StopContainer", "StateC
 @dataclass(frozen=True)
 class Case:
     name: str
-    run: Callable[[HostileRuntime], None]
+    run: Callable[[HostileRuntime], object]  # what it returns is not used
 
 
 def _garbage(rng: random.Random, low: int, high: int) -> bytes:
@@ -97,30 +97,25 @@ def _answered(runtime: HostileRuntime, stream: int) -> ttrpc_pb2.Response:
     return runtime.wait_response(stream, timeout=3.0)
 
 
+def _request(runtime: HostileRuntime, body: bytes) -> ttrpc_pb2.Response:
+    """The plugin's answer (any status) to a request envelope ``body`` on a new stream."""
+    stream = runtime.take_stream()
+    runtime.send_message(1, stream, REQUEST, body)
+    return _answered(runtime, stream)
+
+
 # --- survivable -------------------------------------------------------------------------------
 
 
 def _garbage_envelope(rng: random.Random) -> Case:
     body = _garbage(rng, 0, 300)
-
-    def run(runtime: HostileRuntime) -> None:
-        stream = runtime.take_stream()
-        runtime.send_message(1, stream, REQUEST, body)
-        _answered(runtime, stream)  # any status, but an answer
-
-    return Case("garbage request envelope", run)
+    return Case("garbage request envelope", lambda r: _request(r, body))
 
 
 def _mutated_method(rng: random.Random) -> Case:
     method = rng.choice(FUZZED_METHODS)
     body = _envelope(method, _mutate(rng, _valid_request(rng, method)))
-
-    def run(runtime: HostileRuntime) -> None:
-        stream = runtime.take_stream()
-        runtime.send_message(1, stream, REQUEST, body)
-        _answered(runtime, stream)
-
-    return Case(f"mutated {method}", run)
+    return Case(f"mutated {method}", lambda r: _request(r, body))
 
 
 def _odd_values(rng: random.Random) -> Case:
@@ -128,13 +123,7 @@ def _odd_values(rng: random.Random) -> Case:
     while method == "Synchronize":  # one that fails ends the session, by design
         method, request = odd_event(rng)
     body = _envelope(method, request.SerializeToString())
-
-    def run(runtime: HostileRuntime) -> None:
-        stream = runtime.take_stream()
-        runtime.send_message(1, stream, REQUEST, body)
-        _answered(runtime, stream)
-
-    return Case(f"{method} with odd values", run)
+    return Case(f"{method} with odd values", lambda r: _request(r, body))
 
 
 def _unknown_method(rng: random.Random) -> Case:
@@ -144,9 +133,7 @@ def _unknown_method(rng: random.Random) -> Case:
                              payload=_garbage(rng, 0, 64)).SerializeToString()
 
     def run(runtime: HostileRuntime) -> None:
-        stream = runtime.take_stream()
-        runtime.send_message(1, stream, REQUEST, body)
-        assert _answered(runtime, stream).status.code == 12  # UNIMPLEMENTED
+        assert _request(runtime, body).status.code == 12  # UNIMPLEMENTED
 
     return Case("unknown service or method", run)
 
