@@ -18,7 +18,7 @@ from tests.e2e.harness.cri import CriClient, Pod
 from tests.e2e.harness.image import BuiltImage
 from tests.e2e.harness.timing import StepTimes
 from tests.e2e.nri_agent import (BESTEFFORT, BOTH, EXCLUSIVE, GUARANTEED_1, GUARANTEED_2,
-                                 SHARED_ONLY, Agent, agent, cgroup_cpus, start_and_connect)
+                                 SHARED_ONLY, Agent, agent, cgroup_cpus, run, start_and_connect)
 
 __all__ = ["agent"]  # the fixture, imported for pytest
 pytestmark = pytest.mark.e2e
@@ -80,10 +80,7 @@ def test_metrics_follow_real_containers(
     assert (got[POOL], got[HELD]) == (1000, 0)  # CPU 1: CPU 0 is reserved
     assert node0(got, "cpu_manager_allocation_per_numa") == 0
 
-    be_sandbox = cri_client.run_pod(Pod("be", (BESTEFFORT,)))
-    shared = cri_client.create_container(
-        be_sandbox, Pod("be", (BESTEFFORT,)).container_config("work", busybox_image.ref))
-    cri_client.start_container(shared)
+    shared = run(cri_client, Pod("be", (BESTEFFORT,)), busybox_image)
     after_be = scraper.counters()
     # Admitted, nothing pinned; single-numa-node aligns every container, as the kubelet counts.
     assert moved(start, after_be) == {REQUESTS: 1, DURATIONS: 1, NUMA_ALIGNED: 1}
