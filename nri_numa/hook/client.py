@@ -19,8 +19,9 @@ byte fails the hook closed, with one line on stderr: it may have placed the cont
 
 With no daemon (no socket there, nobody accepting on it), no arguments, or a standard descriptor
 closed (none to hand over), the client execs ``nri-numa hook`` with the same arguments in its
-interpreter (``-I``, with ``site``; the C client: ``PYTHON -I -m nri_numa hook``), which runs the hook in that process or, with ``--start-daemon``, starts a daemon and
-hands it the run (nri_numa.cli.hook).
+interpreter (``-I``, with ``site``; the C client: ``PYTHON -I -m nri_numa hook``), which runs
+the hook in that process or, with ``--start-daemon``, starts a daemon and hands it the run
+(nri_numa.cli.hook). The exec keeps the pid and so the start time the deadline counts from.
 
 Standard library only: ``nri-numa hook`` imports this module too, for the same wire.
 """

@@ -1,6 +1,7 @@
-"""What the hook daemon keeps between runs (nri_numa.hook.daemon_cache), on a fake host in process: the
-ledger is read again exactly when the checkpoint changed under it, cgroup files already holding
-their value are not written, and cgroups are found again once they move or their container goes."""
+"""What the hook daemon keeps between runs (nri_numa.hook.daemon_cache), on a fake host in
+process: the ledger is read again exactly when the checkpoint changed under it, cgroup files
+already holding their value are not written, and cgroups are found again once they move or
+their container goes."""
 
 from __future__ import annotations
 

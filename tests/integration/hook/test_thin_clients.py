@@ -147,7 +147,8 @@ def test_the_daemon_runs_the_hook_and_the_client_relays_it(setup, daemon, client
     done = run(client, ["createRuntime", *args], create(host, "c1", 5001, 3), state)
     assert (done.returncode, done.stdout, done.stderr) == (0, b"", b"")
     assert len(exclusive_cpus(host, state)["c1"]) == 3
-    assert f"hook[{daemon.pid}] createRuntime: placed container c1" in (state / LOG_NAME).read_text()
+    logged = (state / LOG_NAME).read_text()
+    assert f"hook[{daemon.pid}] createRuntime: placed container c1" in logged
     host.stop(5001)
     done = run(client, ["poststop", *args], oci_state("c1", None, host.base), state)
     assert done.returncode == 0, done.stderr
