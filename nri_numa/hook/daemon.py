@@ -31,7 +31,6 @@ import os
 import signal
 import socket
 import stat
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager, redirect_stderr, redirect_stdout
 from dataclasses import dataclass

@@ -10,8 +10,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 from nri_numa.topology.synthetic import preset_topology
 from tests.integration.hook.fake_host import FakeHost, oci_state, topology_file, write_bundle
 

@@ -88,7 +88,7 @@ def test_the_runc_example_runs_the_hook_at_create_runtime_and_poststop():
     assert spec["process"]["terminal"] is False
 
 
-def test_the_fast_client_the_files_name_is_the_packages_and_the_daemon_units_venv():
+def test_the_client_the_files_name_is_the_packages_and_the_daemon_units_venv():
     assert (Path(__file__).resolve().parents[3] / CLIENT).is_file()
     unit = (HOOKS.parent / "packaging" / "nri-numa-hook-daemon.service").read_text()
     assert f"ExecStart={VENV}bin/nri-numa hook-daemon" in unit
