@@ -195,7 +195,7 @@ def _serve_one(request: Request, options: DaemonOptions, machine: MachineKeeper,
             for fd, text in ((stdout, out), (stderr, err)):
                 _write_all(fd, text.encode("utf-8", "backslashreplace"))
     except (OSError, entry.HookTimeout) as e:
-        log.warning("could not write a hook's output: %s", e or "timed out")
+        log.warning("could not write a hook's output: %s", str(e) or "timed out")
     request.close_fds()
     try:
         request.conn.settimeout(REPLY_TIMEOUT_S)

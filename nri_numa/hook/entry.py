@@ -229,8 +229,8 @@ def _log_to_file(options: HookOptions, stderr: IO[str] | None = None) -> logging
     log or folder that is a symlink, or a log that is not a file, is never written through nor
     waited on (nri_numa.safeio.log_files): one warning line on stderr says so."""
     try:
-        handler = open_log_file(options.log_path,
-                                create_folder=True, rotate_past=LOG_KEEP_BYTES, quiet=True)
+        handler = open_log_file(options.log_path, create_folder=True, rotate_past=LOG_KEEP_BYTES,
+                                quiet=True)
     except LogFileRefused as e:
         # A state folder that is a link fails the run itself, with that reason: one line.
         if stderr is not None and not (e.folder and options.log_file is None):

@@ -28,14 +28,15 @@
 
 /* Become `PYTHON -I -m nri_numa hook ARGS`, this process's pid and start time kept. */
 static void run_in_python(int argc, char **argv) {
-    char **args = calloc((size_t)argc + 5, sizeof *args);
+    size_t given = argc > 1 ? (size_t)argc - 1 : 0; /* an exec may pass no argv[0] at all */
+    char **args = calloc(given + 6, sizeof *args);
     if (args) {
         args[0] = PYTHON;
         args[1] = "-I";
         args[2] = "-m";
         args[3] = "nri_numa";
         args[4] = "hook";
-        memcpy(args + 5, argv + 1, (size_t)(argc - 1) * sizeof *args);
+        memcpy(args + 5, argv + 1, given * sizeof *args);
         execv(PYTHON, args);
     }
     fprintf(stderr, "nri-numa hook: cannot run %s: %s\n", PYTHON, strerror(errno));

@@ -275,6 +275,14 @@ def test_arguments_read_as_nri_numa_hook_reads_them_in_its_own_process(setup, da
     assert ours.returncode != 0 or extra == ["--help"]
 
 
+def test_no_arguments_get_nri_numa_hooks_usage_error(tmp_path, client):
+    ours = run(client, [], b"{}", tmp_path)
+    theirs = run(HOOK, [], b"{}", tmp_path)
+    assert (ours.returncode, ours.stdout, ours.stderr) == \
+        (theirs.returncode, theirs.stdout, theirs.stderr)
+    assert ours.returncode == 2 and b"required: stage" in ours.stderr
+
+
 @pytest.mark.parametrize("command", ["python", "c", "nri-numa hook"])
 def test_a_closed_stdin_is_one_line_and_never_the_socket_read_as_stdin(tmp_path, request,
                                                                        command):
