@@ -47,6 +47,7 @@ from nri_numa.hook.daemon_cache import DaemonCache
 from nri_numa.hook.inbox import Inbox, Request
 from nri_numa.hook.machine import Machine, MachineError, load_machine, online_cpus
 from nri_numa.hook.ondemand import StartError, bind_listener, take_start_lock
+from nri_numa.safeio.bounds import LINE_LIMIT, one_line
 from nri_numa.safeio.safe_files import UnusableFile, open_folder
 
 REPLY_TIMEOUT_S = 2.0  # a hook reads its answer at once; one that does not has given up
@@ -132,8 +133,10 @@ def answer(args: list[str], stdin: IO[bytes], started: float, options: DaemonOpt
         return 1, "", error_line("error", str(e)) + "\n"
     refusal = served_elsewhere(hook, options)
     if refusal is not None:
-        log.warning("refused a hook: %s", refusal)
-        return 1, "", f"nri-numa hook {hook.stage}: {refusal}\n"
+        prefix = f"nri-numa hook {hook.stage}: "
+        line = prefix + one_line(refusal, LINE_LIMIT - len(prefix))
+        log.warning("refused a hook: %s", line)
+        return 1, "", line + "\n"
     code = entry.run(hook, stdin, out, err, machine=machine, started=started, cache=cache)
     return code, out.getvalue(), err.getvalue()
 
