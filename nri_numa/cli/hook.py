@@ -124,7 +124,7 @@ def _hand_over(args: argparse.Namespace, state_dir: str, guard: Guard) -> int | 
 
     from nri_numa.hook import client, deadline
 
-    if not client.standard_fds_open():  # nothing to hand over: the run fails here, saying why
+    if not client.standard_fds_open():  # nothing to hand over: the run stays here
         return None
     path = os.path.join(state_dir, client.SOCKET_NAME)
     guard.phase = "looking for the hook daemon"
