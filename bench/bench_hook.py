@@ -10,10 +10,12 @@ Six series, interleaved round by round so that the load of the moment weighs on 
   on PATH may be a shim: pyenv's costs 100 ms);
 * the C client (``nri-numa-hook-client``, built here by ``python -m nri_numa.hook.c_client``;
   left out, saying so, where no C compiler exists) with ``nri-numa hook-daemon`` running;
-* the fast client (``python -I -S nri_numa/hook/fast_client.py``, what the shipped hooks.d files
+* the Python client (``python -I -S nri_numa/hook/client.py``, what the shipped hooks.d files
   and runc example run) with the same daemon running;
-* the installed ``nri-numa hook`` with the same daemon running (the client before the fast path);
-* the fast client with no daemon: it execs ``nri-numa hook``, which runs the stage in process.
+* the installed ``nri-numa hook`` with the same daemon running (argparse, then the same wire);
+* the Python client with no daemon: it execs ``nri-numa hook``, which runs the stage in process.
+
+The clients find the daemon as the shipped hooks make them, by ``NRI_NUMA_HOOK_SOCKET``.
 
 Each hook run is ``createRuntime`` of a new container asking for one exclusive CPU, then its
 ``poststop``, on a fake host (tests/integration/hook/fake_host.py: a cgroup v1 tree and a /proc on
@@ -21,7 +23,7 @@ tmpfs), so the figure is the hook's own cost, not runc's, and the bench needs ne
 runtime. Each ledger already holds ``--containers`` placed containers (half exclusive, half
 shared, the shared ones moved by every run) on a synthetic preset given with ``--topology``, as
 the hook's installation would. Targets (issue 24): createRuntime p50 with the daemon ≤ 15 ms
-through the C client (left out where it could not be built) and ≤ 30 ms through the Python fast
+through the C client (left out where it could not be built) and ≤ 30 ms through the Python
 client; ≤ 300 ms in process, the fallback without a daemon.
 """
 
@@ -41,14 +43,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from nri_numa.hook import c_client
+from nri_numa.hook.client import SOCKET_ENV, SOCKET_NAME
 from nri_numa.topology.synthetic import preset_topology
 from tests.integration.hook.fake_host import FakeHost, oci_state, topology_file, write_bundle
 
 TARGET_C_CLIENT_MS = 15.0
-TARGET_FAST_CLIENT_MS = 30.0
+TARGET_PYTHON_CLIENT_MS = 30.0
 TARGET_IN_PROCESS_MS = 300.0
 REPO = Path(__file__).resolve().parents[1]
-FAST_CLIENT = REPO / "nri_numa" / "hook" / "fast_client.py"
+PYTHON_CLIENT = REPO / "nri_numa" / "hook" / "client.py"
 
 
 @dataclass(frozen=True)
@@ -57,11 +60,11 @@ class Run:
     cpu_ms: float  # the child's user + system time
 
 
-def timed(command: list[str], stdin: bytes = b"") -> Run:
+def timed(command: list[str], stdin: bytes = b"", env: dict[str, str] | None = None) -> Run:
     # Runs are sequential, so the children's rusage grows by exactly this child's.
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.perf_counter()
-    done = subprocess.run(command, input=stdin, capture_output=True, cwd=REPO)
+    done = subprocess.run(command, input=stdin, capture_output=True, cwd=REPO, env=env)
     wall = (time.perf_counter() - started) * 1000
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if done.returncode != 0:
@@ -79,6 +82,10 @@ class Bench:
     state: Path
     next_pid: int
 
+    @property
+    def env(self) -> dict[str, str]:
+        return {**os.environ, SOCKET_ENV: str(self.state / SOCKET_NAME)}
+
     def cycle(self, command: list[str]) -> tuple[Run, Run]:
         """createRuntime of a new container with one exclusive CPU, then its poststop."""
         pid = self.next_pid
@@ -86,9 +93,11 @@ class Bench:
         cid = f"c{pid}"
         bundle = write_bundle(self.host.base, cid, 1)
         self.host.start(pid, f"/pods/{cid}")
-        create = timed([*command, "createRuntime", *self.common], oci_state(cid, pid, bundle))
+        create = timed([*command, "createRuntime", *self.common], oci_state(cid, pid, bundle),
+                       self.env)
         self.host.stop(pid)
-        stop = timed([*command, "poststop", *self.common], oci_state(cid, None, self.host.base))
+        stop = timed([*command, "poststop", *self.common], oci_state(cid, None, self.host.base),
+                     self.env)
         return create, stop
 
     def place_background(self, command: list[str], count: int) -> None:
@@ -97,7 +106,8 @@ class Bench:
             cid = f"bg{pid}"
             bundle = write_bundle(self.host.base, cid, 1 if i % 2 == 0 else 0)
             self.host.start(pid, f"/pods/{cid}")
-            timed([*command, "createRuntime", *self.common], oci_state(cid, pid, bundle))
+            timed([*command, "createRuntime", *self.common], oci_state(cid, pid, bundle),
+                  self.env)
 
 
 def make_bench(base: Path, topology, config: Path, topo_file: Path, first_pid: int) -> Bench:
@@ -147,7 +157,7 @@ def main() -> int:
         print(f"{hook} is missing: install the package (scripts/setup)", file=sys.stderr)
         return 1
     python = sys.executable
-    fast = [python, "-I", "-S", str(FAST_CLIENT)]
+    client = [python, "-I", "-S", str(PYTHON_CLIENT)]
     old = [str(hook), "hook"]
     topology = preset_topology(args.preset)
     scratch = "/dev/shm" if os.access("/dev/shm", os.W_OK) else None
@@ -165,15 +175,15 @@ def main() -> int:
         alone = make_bench(base / "alone", topology, config, topo_file, 200_000)
         daemon = start_daemon(hook, served.common[:6], served.state)
         try:
-            served.place_background(fast, args.containers)
-            alone.place_background(fast, args.containers)
+            served.place_background(client, args.containers)
+            alone.place_background(client, args.containers)
             series: dict[str, Callable[[], tuple[Run, Run] | Run]] = {
                 "python -c pass": lambda: timed([python, "-c", "pass"]),
                 "python -I -S -c pass": lambda: timed([python, "-I", "-S", "-c", "pass"]),
                 "C client, daemon": lambda: served.cycle(compiled),
-                "fast client, daemon": lambda: served.cycle(fast),
+                "Python client, daemon": lambda: served.cycle(client),
                 "nri-numa hook, daemon": lambda: served.cycle(old),
-                "fast client, no daemon (in process)": lambda: alone.cycle(fast),
+                "Python client, no daemon (in process)": lambda: alone.cycle(client),
             }
             if compiled is None:
                 del series["C client, daemon"]
@@ -204,8 +214,9 @@ def main() -> int:
           f"{' '.join(f'{x:.2f}' for x in load_after)} (wall times grow with it; the CPU times "
           "much less)")
     verdicts = []
-    targets = {"C client, daemon": TARGET_C_CLIENT_MS, "fast client, daemon": TARGET_FAST_CLIENT_MS,
-               "fast client, no daemon (in process)": TARGET_IN_PROCESS_MS}
+    targets = {"C client, daemon": TARGET_C_CLIENT_MS,
+               "Python client, daemon": TARGET_PYTHON_CLIENT_MS,
+               "Python client, no daemon (in process)": TARGET_IN_PROCESS_MS}
     for name, target in targets.items():
         if name not in results:  # no C compiler
             continue

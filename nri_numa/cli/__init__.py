@@ -3,10 +3,9 @@ with its parser (``add_parser``) and handler (``cmd_<name>``); ``nri_numa.cli.ma
 parser from them. Handlers import the library they use inside the function, so each command
 loads only what it needs.
 
-``main`` here is the entry point. A hook run goes to ``nri_numa.hook.client`` before anything of
-the command line is imported, argparse included: every hook process pays for each module it
-loads, and a burst of container starts runs fifty of them at once. With a hook daemon, that
-client is all a hook process loads.
+``main`` here is the entry point. A hook run (``nri-numa hook``, which the hooks' thin client
+execs when no hook daemon takes the run) is read by the hook's parser alone: every hook process
+pays for each module it loads, and a burst of container starts runs fifty of them at once.
 """
 
 from __future__ import annotations
@@ -16,47 +15,23 @@ import sys
 from types import ModuleType
 from typing import Any
 
-__all__ = ["build_parser", "hook_process", "main"]
+__all__ = ["build_parser", "main"]
 
 
 def main(argv: list[str] | None = None) -> int:
     given = sys.argv[1:] if argv is None else argv
     if given[:1] != ["hook"]:
         return _commands().main(argv)
-    code = _without_cyclic_gc(_hook, given, argv)
+    code = _without_cyclic_gc(_hook, given)
     if argv is None:  # the hook process itself, run by the runtime
         _exit_now(code)
     return code
 
 
-def hook_process(args: list[str]) -> None:
-    """``nri-numa hook ARGS`` as the hook process itself, which it ends: the fast client's
-    (nri_numa/hook/fast_forward.py)."""
-    given = ["hook", *args]
-    _exit_now(_without_cyclic_gc(_hook, given, given))
+def _hook(given: list[str]) -> int:
+    from nri_numa.cli import dispatch, hook
 
-
-def _hook(given: list[str], argv: list[str] | None) -> int:
-    # The guard keeps --timeout, counted from the process's start, over everything that follows,
-    # running in process included (nri_numa.hook.deadline).
-    from nri_numa.hook.client import guarded
-    from nri_numa.hook.client import main as forward
-
-    with guarded(given[1:]) as guard:
-        code = forward(given[1:])
-        if code is not None:
-            return code
-        if guard is None:  # arguments argparse must judge (help, a bad option): every command's
-            code = _commands().main(argv)
-        else:  # no daemon: the hook runs here, with the hook's parser alone, or none
-            from nri_numa.hook.deadline import BURST_HINT
-
-            guard.phase, guard.hint = "loading nri-numa's command line", BURST_HINT
-            from nri_numa.cli import dispatch, hook
-
-            args = hook.plain_args(given[1:])
-            code = dispatch.run((hook,), argv) if args is None else dispatch.run_parsed(args)
-    return code
+    return dispatch.run_parsed(hook.parse(given[1:]))
 
 
 def _without_cyclic_gc(run: Any, *args: Any) -> int:

@@ -1,10 +1,9 @@
 """Parse a command line with the given commands' parsers and run the chosen handler, with the
 one-line errors every command shares.
 
-``nri_numa.cli.main`` does so with every command. A hook run that no daemon took runs here with
-the hook's parser alone (``nri_numa.cli.__init__``): a hook run in process neither builds the
-other nine commands' parsers nor imports their modules. Plain hook arguments, read as argparse
-would read them, skip argparse too (``run_parsed``)."""
+``nri_numa.cli.main`` does so with every command. A hook run is parsed with the hook's parser
+alone (``nri_numa.cli.hook.parse``, in its own process and in the hook daemon): it neither
+builds the other nine commands' parsers nor imports their modules."""
 
 from __future__ import annotations
 
@@ -26,7 +25,7 @@ DEBUG_ENV = "NRI_NUMA_DEBUG"  # set (to anything): an internal error prints its 
 
 def build_parser(commands: Sequence[ModuleType]) -> argparse.ArgumentParser:
     """``nri-numa``'s parser with these commands (modules with ``add_parser``), in this order."""
-    import argparse  # with gettext, locale and shutil: not for a plain hook run (plain_args)
+    import argparse
 
     parser = argparse.ArgumentParser(
         prog="nri-numa",
@@ -44,13 +43,12 @@ def run(commands: Sequence[ModuleType], argv: list[str] | None = None) -> int:
 
 
 def run_parsed(args: Any) -> int:
-    """Run ``args.func(args)``: arguments parsed by ``build_parser``'s parser, or read as it
-    would read them (``nri_numa.cli.hook.plain_args``)."""
+    """Run ``args.func(args)``: arguments parsed by ``build_parser``'s parser."""
     _escape_what_cannot_be_written()
     try:
         return args.func(args)
     except CliError as e:
-        print(_error_line("error", str(e)), file=sys.stderr)
+        print(error_line("error", str(e)), file=sys.stderr)
         return 1
     except BrokenPipeError:
         return 0
@@ -58,7 +56,7 @@ def run_parsed(args: Any) -> int:
         return _internal_error(e)
 
 
-def _error_line(kind: str, message: str) -> str:
+def error_line(kind: str, message: str) -> str:
     prefix = f"nri-numa: {kind}: "
     return prefix + one_line(message, LINE_LIMIT - len(prefix))
 
@@ -90,6 +88,6 @@ def _internal_error(e: Exception) -> int:
 
         traceback.print_exception(e, file=sys.stderr)
     detail = one_line(str(e), 200)
-    print(_error_line("internal error", f"{type(e).__name__}: {detail} (a bug in nri-numa; "
+    print(error_line("internal error", f"{type(e).__name__}: {detail} (a bug in nri-numa; "
                                         f"{where})"), file=sys.stderr)
     return 1

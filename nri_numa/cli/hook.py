@@ -1,21 +1,24 @@
 """``nri-numa hook``: the OCI hook (runc, crun, podman, CRI-O) run at one stage.
 
-The runtime starts this once per container and stage, so ``nri_numa.cli.main`` hands it to
-``nri_numa.hook.client`` before argparse loads; this parser runs only when no hook daemon
-answers."""
+The runtime starts this once per container and stage, through the thin client
+(nri_numa.hook.client) when no hook daemon took the run, or directly. Its arguments are read by
+this module's parser alone (``parse``), here and in the hook daemon for every run it is handed.
+"""
 
 from __future__ import annotations
 
-import math
 import sys
 from pathlib import Path
-from types import SimpleNamespace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from nri_numa.cli.errors import CliError
 
 if TYPE_CHECKING:
     import argparse
+    import socket
+
+    from nri_numa.hook.deadline import Guard
+    from nri_numa.hook.entry import HookOptions
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -50,6 +53,16 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=cmd_hook)
 
 
+def parse(given: list[str]) -> argparse.Namespace:
+    """``nri-numa hook GIVEN`` read by the hook's parser alone (argparse's SystemExit for help
+    and errors, its lines on sys.stdout and sys.stderr); ``given`` kept, for the hook daemon."""
+    from nri_numa.cli.dispatch import build_parser
+
+    args = build_parser((sys.modules[__name__],)).parse_args(["hook", *given])
+    args.given = given
+    return args
+
+
 def add_hook_input_options(p: argparse.ArgumentParser) -> None:
     """--config and --topology, one definition for the hook and its daemon, which must be
     given the same files."""
@@ -60,81 +73,119 @@ def add_hook_input_options(p: argparse.ArgumentParser) -> None:
                         "once and keep it in the state folder)")
 
 
-def plain_args(args: list[str]) -> SimpleNamespace | None:
-    """``hook``'s arguments as its parser would give them (``command``, ``func`` and every
-    option's dest), read without argparse: a stage and options as the hook client reads them
-    (nri_numa.hook.client.parse_hook_args), no value starting with "-" (argparse may take such
-    a value for an option) and every ``--timeout`` a finite number. None for anything else,
-    which the parser judges (argparse, with the gettext, locale and shutil it loads)."""
-    from nri_numa.hook.client import VALUE_OPTIONS, parse_hook_args
+def hook_options(args: argparse.Namespace, **defaults: Any) -> HookOptions:
+    """The run ``hook``'s parsed arguments ask for; ``defaults`` for options not given.
+    CliError, one line, for a value no run can take (a timeout past a day)."""
+    from nri_numa.hook.entry import HookOptions
 
-    parsed = parse_hook_args(args)
-    if parsed is None:
-        return None
-    stage, options = parsed
-    given = iter(args)
-    for arg in given:  # every value given, one a later value replaces included
-        name, eq, value = arg.partition("=")
-        if name not in VALUE_OPTIONS:
-            continue
-        value = value if eq else next(given, "")
-        if value.startswith("-") or (name == "--timeout" and not _finite(value)):
-            return None
-    values = {dest: options.get(dest) for dest in VALUE_OPTIONS.values()}
-    if values["timeout"] is not None:
-        values["timeout"] = float(values["timeout"])
-    return SimpleNamespace(command="hook", stage=stage, **values,
-                           start_daemon=bool(options.get("start_daemon", False)), func=cmd_hook)
-
-
-def _finite(text: str) -> bool:
+    given = {"state_dir": args.state_dir and Path(args.state_dir),
+             "config_file": args.config and Path(args.config),
+             "topology_file": args.topology and Path(args.topology),
+             "log_file": args.log_file and Path(args.log_file),
+             "timeout": args.timeout,
+             "cgroup_root": args.cgroup_root and Path(args.cgroup_root),
+             "proc_root": args.proc_root and Path(args.proc_root)}
     try:
-        return math.isfinite(float(text))
-    except ValueError:
-        return False
+        return HookOptions(args.stage, **{**defaults, **{k: v for k, v in given.items()
+                                                         if v is not None}})
+    except ValueError as e:
+        raise CliError(str(e)) from None
 
 
 def cmd_hook(args: argparse.Namespace) -> int:
-    """The stage in this process (no hook daemon answered), once it has a turn
-    (nri_numa.hook.slots): under a burst the others sleep rather than all loading the engine at
-    once, and give up at the deadline with the burst's reason."""
-    import time
+    """The run, handed to the hook daemon when one listens on <state-dir>/hook.sock (started
+    here with --start-daemon), else done in this process once it has a turn
+    (nri_numa.hook.turns): under a burst the others sleep rather than all loading the engine at
+    once, and give up at the deadline with the burst's reason. The deadline guard covers it all
+    until the stage's own timer takes over; the engine is imported only once the turn is held."""
+    import os
 
-    from nri_numa.hook import deadline, slots
-    from nri_numa.hook.client import DEFAULT_STATE_DIR, DEFAULT_TIMEOUT_S
+    from nri_numa.hook import client, deadline
 
-    guard = deadline.ACTIVE
-    started = deadline.process_started() if guard is None else guard.started
-    timeout = DEFAULT_TIMEOUT_S if args.timeout is None else args.timeout
-
-    def left() -> float:
-        return timeout - (time.monotonic() - started)
-
-    if guard is not None:
-        guard.phase, guard.hint = "waiting for a turn to run in process", deadline.BURST_HINT
-    # (No turn for a timeout argparse let through that HookOptions refuses below.)
-    turn = slots.take_turn(args.state_dir or DEFAULT_STATE_DIR, left) if left() > 0 else None
+    timeout = deadline.DEFAULT_TIMEOUT_S if args.timeout is None else args.timeout
     try:
-        if turn is None and left() <= 0 and guard is not None:
-            guard.give_up()
-        if guard is not None:
-            guard.phase = "loading nri-numa's hook"
-        # Imported once the turn is held: even this much is slow when fifty hooks import it.
-        from nri_numa.hook.entry import HookOptions, run
-
-        given = {"state_dir": args.state_dir and Path(args.state_dir),
-                 "config_file": args.config and Path(args.config),
-                 "topology_file": args.topology and Path(args.topology),
-                 "log_file": args.log_file and Path(args.log_file),
-                 "timeout": args.timeout,
-                 "cgroup_root": args.cgroup_root and Path(args.cgroup_root),
-                 "proc_root": args.proc_root and Path(args.proc_root)}
-        try:
-            options = HookOptions(args.stage, **{k: v for k, v in given.items() if v is not None})
-        except ValueError as e:
-            raise CliError(str(e)) from None
-        # run's own timer takes over from the guard, with the same deadline.
-        return run(options, deadline.standard_input(), sys.stdout, sys.stderr, started=started,
-                   timeout_hint=deadline.BURST_HINT)
+        deadline.check_timeout(timeout)
+    except ValueError as e:
+        raise CliError(str(e)) from None
+    state_dir = args.state_dir or client.DEFAULT_STATE_DIR
+    guard = deadline.Guard(args.stage, timeout,
+                           args.log_file or os.path.join(state_dir, deadline.LOG_NAME))
+    guard.arm()
+    try:
+        code = _hand_over(args, state_dir, guard)
+        return _run_here(args, guard) if code is None else code
     finally:
-        slots.release(turn)
+        guard.disarm()
+
+
+def _hand_over(args: argparse.Namespace, state_dir: str, guard: Guard) -> int | None:
+    """The exit status of the run a daemon did; None when none takes it."""
+    import os
+
+    from nri_numa.hook import client, deadline
+
+    if not client.standard_fds_open():  # nothing to hand over: the run stays here
+        return None
+    path = os.path.join(state_dir, client.SOCKET_NAME)
+    guard.phase = "looking for the hook daemon"
+    try:
+        conn = client.connect(path)
+        if conn is None and args.start_daemon:
+            guard.phase = "starting the hook daemon"
+            conn = _start_daemon(args, state_dir, path, guard)
+    except OSError as e:
+        return _fail(guard, client.unreachable(path, e))
+    if conn is None:
+        return None
+    guard.phase, guard.hint = "waiting for the hook daemon's answer", deadline.DAEMON_HINT
+    try:
+        with conn:
+            code = client.hand_over(conn, args.given)
+    except OSError as e:
+        return _fail(guard, client.unanswered(path, e))
+    return _fail(guard, client.unanswered(path)) if code is None else code
+
+
+def _start_daemon(args: argparse.Namespace, state_dir: str, path: str,
+                  guard: Guard) -> socket.socket | None:
+    """A connection to a daemon started here; None (the run stays here) when it cannot be
+    started, with the reason in the hook log."""
+    from nri_numa.hook import client, deadline, ondemand
+
+    given = {"config": args.config, "topology": args.topology, "log_file": args.log_file}
+    try:
+        return ondemand.connect_or_start(path, state_dir, given, client.connect,
+                                         lambda: guard.left)
+    except (ondemand.StartError, OSError) as e:
+        deadline.log_line(guard.log_path, guard.stage,
+                          f"cannot start the hook daemon ({e}); running in process",
+                          level="WARNING")
+        return None
+
+
+def _fail(guard: Guard, reason: str) -> int:
+    from nri_numa.hook.deadline import log_line
+
+    print(f"nri-numa hook {guard.stage}: {reason}", file=sys.stderr, flush=True)
+    # crun drops a hook's stderr: the log keeps the line (the daemon never logged this run).
+    log_line(guard.log_path, guard.stage, f"{reason} ({guard.elapsed_ms():.0f} ms)")
+    return 1
+
+
+def _run_here(args: argparse.Namespace, guard: Guard) -> int:
+    from nri_numa.hook import client, deadline, turns
+
+    guard.phase, guard.hint = "waiting for a turn to run in process", deadline.BURST_HINT
+    turn = turns.take_turn(args.state_dir or client.DEFAULT_STATE_DIR, lambda: guard.left)
+    try:
+        if turn is None and guard.left <= 0:
+            guard.give_up()
+        guard.phase = "loading nri-numa's hook"
+        # Imported once the turn is held: even this much is slow when fifty hooks import it.
+        from nri_numa.hook.entry import run
+
+        # run's own timer takes over from the guard, with the same deadline.
+        return run(hook_options(args), deadline.standard_input(), sys.stdout, sys.stderr,
+                   started=guard.started, timeout_hint=deadline.BURST_HINT)
+    finally:
+        turns.release(turn)

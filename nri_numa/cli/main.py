@@ -22,6 +22,5 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     """Every command through argparse. The entry point (``main`` of the package nri_numa.cli)
-    hands a hook run to the hook client first, and runs one no daemon took with the hook's
-    parser alone (``nri_numa.cli.dispatch``)."""
+    parses a hook run with the hook's parser alone (``nri_numa.cli.hook.parse``)."""
     return dispatch.run(COMMANDS, argv)

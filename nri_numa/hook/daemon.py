@@ -1,11 +1,19 @@
 """``nri-numa hook-daemon``: the hook's engine, loaded once, serving hook runs over a socket.
 
 A hook process spends most of its time starting Python and importing the engine. The daemon
-pays that once; each ``nri-numa hook`` then forwards its run (nri_numa.hook.client) and the
-daemon runs it with exactly the code an in-process hook runs (``entry.run``), with the machine
-already loaded, and the ledger and cgroups of its last runs kept (nri_numa.hook.memory: the
-checkpoint is read again only when it changed under the daemon). One run at a time, each as
+pays that once; each hook's thin client then hands it the run (the wire: nri_numa.hook.client):
+its arguments, read here with the parser of ``nri-numa hook`` (nri_numa.cli.hook.parse), and its
+stdin, stdout and stderr. The daemon runs it with exactly the code an in-process hook runs
+(``entry.run``), with the machine already loaded, and the ledger and cgroups of its last runs
+kept (nri_numa.hook.daemon_cache: the checkpoint is read again only when it changed under the
+daemon); ``--timeout`` counts from the start of the hook process. One run at a time, each as
 soon as its request is in (nri_numa.hook.inbox).
+
+A run whose --state-dir, --config or --topology is not what the daemon serves is refused with
+one line: it would be answered from another ledger or machine. A request that is not a hook's
+(no descriptors, too long, never finished) is dropped with a line in the daemon's log; no
+request stops the daemon, and writing a run's output or its exit status is bounded in time
+(REPLY_TIMEOUT_S), whoever holds the other end.
 Each run still takes the checkpoint lock, so a hook that runs in process (no daemon yet, or one
 that was just stopped) never writes the ledger at the same moment.
 
@@ -18,26 +26,28 @@ a socket handed over stays where it is when the daemon stops, as its owner left 
 from __future__ import annotations
 
 import io
-import json
 import logging
 import os
 import signal
 import socket
 import stat
-import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, redirect_stderr, redirect_stdout
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
+from nri_numa.cli import hook as hook_command
+from nri_numa.cli.dispatch import error_line
+from nri_numa.cli.errors import CliError
 from nri_numa.hook import entry
 from nri_numa.hook.activation import ActivationError, inherited_listener
 from nri_numa.hook.client import SOCKET_NAME
-from nri_numa.hook.inbox import Inbox
+from nri_numa.hook.daemon_cache import DaemonCache
+from nri_numa.hook.inbox import Inbox, Request
 from nri_numa.hook.machine import Machine, MachineError, load_machine, online_cpus
-from nri_numa.hook.memory import DaemonMemory
 from nri_numa.hook.ondemand import StartError, bind_listener, take_start_lock
+from nri_numa.safeio.bounds import LINE_LIMIT, one_line
 from nri_numa.safeio.safe_files import UnusableFile, open_folder
 
 REPLY_TIMEOUT_S = 2.0  # a hook reads its answer at once; one that does not has given up
@@ -47,10 +57,6 @@ log = logging.getLogger("nri_numa.hook.daemon")
 
 class DaemonError(Exception):
     """The daemon cannot start; the message says why."""
-
-
-class BadRequest(Exception):
-    pass
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,13 +91,6 @@ class MachineKeeper:
                       "%s", e)
 
     def __call__(self, hook: entry.HookOptions) -> Machine:
-        # A hook configured differently from the daemon would get another machine's answer.
-        for what, asked, served in (("--config", hook.config_file, self.options.config_file),
-                                    ("--topology", hook.topology_file,
-                                     self.options.topology_file)):
-            if asked != served:
-                raise MachineError(f"the hook daemon serves {what} {served or '(none)'}, this "
-                                   f"hook asks for {asked or '(none)'}; give both the same")
         if self.machine is None:
             self.machine = self._load()
         elif self.options.topology_file is None \
@@ -105,80 +104,41 @@ class MachineKeeper:
         return load_machine(o.state_dir, o.config_file, o.topology_file)
 
 
-def decode_request(line: bytes, options: DaemonOptions) -> tuple[entry.HookOptions, bytes, float]:
-    """The hook's options, its stdin and when it started (``time.monotonic()`` here).
-    BadRequest, one line, for anything else: a request must never stop the daemon, so its
-    nesting and numbers are bounded before it is parsed (nri_numa.safeio.documents) and every value
-    is checked for its type and range."""
-    from nri_numa.safeio.bounds import one_line, quote
-    from nri_numa.safeio.documents import DocumentError, load_json
-
-    try:
-        request = load_json(line, "request")
-    except DocumentError as e:
-        raise BadRequest(str(e)) from None
-    if not isinstance(request, dict):
-        raise BadRequest("not a JSON object")
-    stage, stdin, given = request.get("stage"), request.get("stdin"), request.get("options")
-    if not isinstance(stage, str) or not isinstance(stdin, str) or not isinstance(given, dict):
-        raise BadRequest("stage, stdin and options must be a string, a string and an object")
-    kwargs: dict[str, Any] = {"state_dir": options.state_dir}
-    for key, name in (("config", "config_file"), ("topology", "topology_file"),
-                      ("log_file", "log_file"), ("cgroup_root", "cgroup_root"),
-                      ("proc_root", "proc_root")):
-        value = given.get(key)
-        if value is not None and (not isinstance(value, str) or "\0" in value
-                                  or len(value) > _MAX_PATH):
-            raise BadRequest(f"options.{key} must be a path, not {quote(value)}")
-        if value is not None:
-            kwargs[name] = Path(value)
-    kwargs.setdefault("log_file", options.log_file)
-    try:
-        if "timeout" in given:
-            kwargs["timeout"] = _seconds(given["timeout"], "options.timeout")
-        hook = entry.HookOptions(stage, **kwargs)
-        started = _seconds(given.get("started", time.time()), "options.started")
-        waited = max(time.time() - started, 0.0)
-        # The client sends its stdin decoded with surrogateescape; any other lone surrogate
-        # (only a forged request has one) cannot be encoded back.
-        raw = stdin.encode("utf-8", "surrogateescape")
-    except (TypeError, ValueError) as e:
-        raise BadRequest(one_line(str(e), 200)) from None
-    return hook, raw, time.monotonic() - waited
+def served_elsewhere(hook: entry.HookOptions, options: DaemonOptions) -> str | None:
+    """Why the daemon must not run ``hook``: it asks for another state folder, configuration or
+    topology, and would be answered from another ledger or machine. None when it may."""
+    for what, asked, served in (("--state-dir", hook.state_dir, options.state_dir),
+                                ("--config", hook.config_file, options.config_file),
+                                ("--topology", hook.topology_file, options.topology_file)):
+        if asked != served:
+            return (f"the hook daemon at {options.socket_path} serves {what} "
+                    f"{served or '(none)'}, this hook asks for {asked or '(none)'}; give both "
+                    "the same")
+    return None
 
 
-_MAX_PATH = 4096  # Linux's PATH_MAX
-
-
-def _seconds(value: Any, where: str) -> float:
-    """A finite number: float() takes "inf" and "nan", which no timer can be armed with."""
-    import math
-
-    from nri_numa.safeio.bounds import quote
-
-    if isinstance(value, bool) or not isinstance(value, int | float | str):
-        raise ValueError(f"{where}: could not convert {quote(value)} to a number")
-    try:
-        seconds = float(value)
-    except (ValueError, OverflowError):
-        raise ValueError(f"{where}: could not convert {quote(value)} to a number") from None
-    if not math.isfinite(seconds):
-        raise ValueError(f"{where} must be a finite number, not {quote(value)}")
-    return seconds
-
-
-def answer(line: bytes, options: DaemonOptions, machine: MachineKeeper,
-           memory: DaemonMemory | None = None) -> dict[str, Any]:
-    try:
-        hook, stdin, started = decode_request(line, options)
-    except BadRequest as e:
-        log.warning("bad request: %s", e)
-        return {"exit": 1, "stdout": "", "stderr": f"nri-numa hook: bad request to the hook "
-                                                   f"daemon: {e}\n"}
+def answer(args: list[str], stdin: IO[bytes], started: float, options: DaemonOptions,
+           machine: MachineKeeper, cache: DaemonCache | None = None) -> tuple[int, str, str]:
+    """(exit status, stdout, stderr) of ``nri-numa hook ARGS`` run here, as it would run in the
+    hook's own process: argparse's help and errors included."""
     out, err = io.StringIO(), io.StringIO()
-    code = entry.run(hook, io.BytesIO(stdin), out, err, machine=machine, started=started,
-                     memory=memory)
-    return {"exit": code, "stdout": out.getvalue(), "stderr": err.getvalue()}
+    try:
+        with redirect_stdout(out), redirect_stderr(err):
+            parsed = hook_command.parse(args)
+        hook = hook_command.hook_options(parsed, log_file=options.log_file)
+    except SystemExit as e:  # argparse: help, or a usage error, on out or err
+        code = e.code if isinstance(e.code, int) else 1
+        return code, out.getvalue(), err.getvalue()
+    except CliError as e:
+        return 1, "", error_line("error", str(e)) + "\n"
+    refusal = served_elsewhere(hook, options)
+    if refusal is not None:
+        prefix = f"nri-numa hook {hook.stage}: "
+        line = prefix + one_line(refusal, LINE_LIMIT - len(prefix))
+        log.warning("refused a hook: %s", line)
+        return 1, "", line + "\n"
+    code = entry.run(hook, stdin, out, err, machine=machine, started=started, cache=cache)
+    return code, out.getvalue(), err.getvalue()
 
 
 def serve(options: DaemonOptions) -> None:
@@ -200,16 +160,18 @@ def serve(options: DaemonOptions) -> None:
     if listener is None:
         listener = _listen(options.socket_path)
         inode = options.socket_path.stat().st_ino
-    memory = DaemonMemory()  # the ledger and cgroups of its last runs (nri_numa.hook.memory)
+    cache = DaemonCache()  # the ledger and cgroups of its last runs
     log.info("hook daemon %d listening on %s%s", os.getpid(), options.socket_path,
              "" if inode is not None else " (socket handed over)")
     try:
         with Inbox(listener) as inbox:
             while not stopping.requested:
                 with stopping.interruptible():
-                    conn, line = inbox.next()
-                with conn:
-                    _serve_one(conn, line, options, machine, memory)
+                    request = inbox.next()
+                try:
+                    _serve_one(request, options, machine, cache)
+                finally:
+                    request.close()
     except _Stop:
         pass
     finally:
@@ -219,14 +181,36 @@ def serve(options: DaemonOptions) -> None:
         log.info("hook daemon %d stopped", os.getpid())
 
 
-def _serve_one(conn: socket.socket, line: bytes, options: DaemonOptions,
-               machine: MachineKeeper, memory: DaemonMemory) -> None:
-    reply = json.dumps(answer(line, options, machine, memory)).encode() + b"\n"
+def _serve_one(request: Request, options: DaemonOptions, machine: MachineKeeper,
+               cache: DaemonCache) -> None:
+    """Run one request, write its output to the hook's stdout and stderr, close them (the
+    runtime reads those until every holder has), then send the exit status."""
+    stdin, stdout, stderr = request.fds
     try:
-        conn.settimeout(REPLY_TIMEOUT_S)
-        conn.sendall(reply)
-    except OSError as e:  # the hook gave up (its timeout) or was killed: it failed closed
+        with open(stdin, "rb", closefd=False) as reader:
+            code, out, err = answer(request.args, reader, request.started, options, machine,
+                                    cache)
+    except Exception:  # a bug: the daemon goes on serving
+        log.exception("internal error while serving a hook")
+        code, out, err = 1, "", "nri-numa hook: internal error in the hook daemon; see its log\n"
+    try:
+        with entry.time_limit(REPLY_TIMEOUT_S):
+            for fd, text in ((stdout, out), (stderr, err)):
+                _write_all(fd, text.encode("utf-8", "backslashreplace"))
+    except (OSError, entry.HookTimeout) as e:
+        log.warning("could not write a hook's output: %s", str(e) or "timed out")
+    request.close_fds()
+    try:
+        request.conn.settimeout(REPLY_TIMEOUT_S)
+        request.conn.sendall(bytes([code & 0xFF]))
+    except OSError as e:  # the hook was killed (its runtime's timeout): it failed closed
         log.warning("could not answer a hook: %s", e)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
 
 
 def _listen(path: Path) -> socket.socket:

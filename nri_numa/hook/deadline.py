@@ -3,38 +3,40 @@
 A runtime starts its hook timer as it starts the hook process (runc: right after exec), so the
 time Python takes to start and import is already on that clock. Under a burst of container
 starts on a small machine that time alone reaches seconds: fifty interpreters share two CPUs
-fairly and all of them are slow at once. ``--timeout`` is therefore counted from the process's
-own start time (``/proc/self/stat``), not from when our code first runs.
+fairly and all of them are slow at once. ``--timeout`` is therefore counted from the hook
+process's own start time (``/proc/PID/stat``), not from when our code first runs: the hook
+daemon reads it for the process that connected (``peer_started``), ``nri-numa hook`` for its own.
 
-The guard is armed as soon as the hook's arguments are known (nri_numa.hook.client, standard
-library only) and covers everything before the stage takes over its own timer
-(nri_numa.hook.entry): parsing, imports, waiting for the daemon or for a turn to run in process.
+The guard keeps that deadline over ``nri-numa hook`` in its own process (nri_numa.cli.hook)
+until the stage takes over with its own timer (nri_numa.hook.entry): looking for or starting the
+daemon, waiting for its answer, waiting for a turn to run in process, importing the engine.
 When it fires it writes the one give-up line to stderr and to the hook log, and ends the process
 with ``os._exit``: nothing has been changed before the stage runs, and an interpreter with the
 engine loaded can take longer to finalize on a starved CPU than the runtime still waits.
-
-Standard library only: every hook process imports this before anything else of nri_numa.
 """
 
 from __future__ import annotations
 
 import os
 import signal
+import socket
 import stat
+import struct
 import sys
 import time
 from typing import Any
 
 from nri_numa.hook.state_folder import open_state_folder
 
+DEFAULT_TIMEOUT_S = 4.0
+MAX_TIMEOUT_S = 86400.0  # a day: far above any runtime's hook timeout, and a timer can take it
+LOG_NAME = "hook.log"  # in the state folder, unless --log-file says otherwise
 BURST_HINT = ('too many hooks at once for this machine without the hook daemon '
               '(docs/oci-hook.md, "Burst-proof setup")')
 DAEMON_HINT = ('the hook daemon had more runs queued than it could serve in that time '
                '(docs/oci-hook.md, "Burst-proof setup")')
 COUNTED = "(--timeout, counted from the start of the hook process)"
 _START_TIME_FIELD = 22  # /proc/PID/stat, 1-based as proc(5) counts; clock ticks after boot
-
-ACTIVE: Guard | None = None  # the guard of the hook command running in this process
 
 
 class _ClosedInput:
@@ -45,27 +47,49 @@ class _ClosedInput:
         raise OSError(9, "Bad file descriptor")
 
 
+def check_timeout(seconds: float) -> None:
+    """ValueError unless ``seconds`` is a deadline a timer can be armed with (nan, inf and
+    values past the platform's time_t cannot)."""
+    if not 0 < seconds <= MAX_TIMEOUT_S:
+        raise ValueError(f"timeout must be positive and at most {MAX_TIMEOUT_S:g} s, not "
+                         f"{seconds!r}")
+
+
 def standard_input() -> Any:
     """The hook's stdin as bytes, or a stand-in that fails to read when stdin is closed."""
     return sys.stdin.buffer if sys.stdin is not None else _ClosedInput()
 
 
-def process_age() -> float:
-    """Seconds since this process was created; 0.0 when the kernel cannot tell."""
+def process_age(pid: int | str = "self") -> float | None:
+    """Seconds since the process was created; None when the kernel cannot tell."""
     try:
-        with open("/proc/self/stat", "rb") as f:
+        with open(f"/proc/{pid}/stat", "rb") as f:
             text = f.read()
         # The command name (field 2) is in parentheses and may hold spaces and ')'.
         ticks = int(text.rpartition(b")")[2].split()[_START_TIME_FIELD - 3])
         age = time.clock_gettime(time.CLOCK_BOOTTIME) - ticks / os.sysconf("SC_CLK_TCK")
     except (OSError, ValueError, IndexError):
-        return 0.0
+        return None
     return max(age, 0.0)
 
 
 def process_started() -> float:
-    """When this process started, as a ``time.monotonic()`` value."""
-    return time.monotonic() - process_age()
+    """When this process started, as a ``time.monotonic()`` value (now when unknown)."""
+    return time.monotonic() - (process_age() or 0.0)
+
+
+def peer_started(conn: socket.socket) -> float:
+    """When the process at the other end of a unix socket started, as a ``time.monotonic()``
+    value: that of the pid the kernel recorded as it connected. Now when the kernel cannot tell
+    (a pid outside this pid namespace reads as 0)."""
+    now = time.monotonic()
+    try:
+        pid, _, _ = struct.unpack("3i", conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED,
+                                                         struct.calcsize("3i")))
+    except OSError:
+        return now
+    age = process_age(pid) if pid > 0 else None
+    return now - (age or 0.0)
 
 
 def log_stamp() -> str:

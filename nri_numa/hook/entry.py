@@ -24,17 +24,17 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
 from nri_numa.agent.logs import OneLineFormatter, open_log_file
+from nri_numa.hook import client
 from nri_numa.hook.cgroup import DEFAULT_CGROUP_ROOT, DEFAULT_PROC, CgroupFs
+from nri_numa.hook.deadline import (DAEMON_HINT, DEFAULT_TIMEOUT_S, LOG_NAME, check_timeout,
+                                    gave_up, gave_up_early)
 from nri_numa.hook.oci import HookInputError, parse_spec, parse_state, read_input, read_spec
 from nri_numa.safeio.bounds import LINE_LIMIT, one_line, quote
 from nri_numa.safeio.log_files import LogFileRefused, LogSetupError
 
 STAGES = {"createRuntime": "createRuntime", "prestart": "createRuntime",
           "poststop": "poststop", "precreate": "precreate"}
-DEFAULT_STATE_DIR = Path("/run/nri-numa")
-DEFAULT_TIMEOUT_S = 4.0
-MAX_TIMEOUT_S = 86400.0  # a day: far above any runtime's hook timeout
-LOG_NAME = "hook.log"
+DEFAULT_STATE_DIR = Path(client.DEFAULT_STATE_DIR)
 LOG_KEEP_BYTES = 1 << 20  # then the log moves to hook.log.1 (one old file is kept)
 # One line per event, escaped as the agent's text log is (OneLineFormatter): a newline or a
 # control character in a logged value can neither start a forged line nor fail the write.
@@ -46,7 +46,7 @@ REBUILT = ("the hook starts from an empty ledger, so the CPUs of containers it p
 
 if TYPE_CHECKING:
     from nri_numa.hook.machine import Machine
-    from nri_numa.hook.memory import DaemonMemory
+    from nri_numa.hook.daemon_cache import DaemonCache
 
     # How a run gets its machine: the hook process loads it, the daemon keeps it loaded.
     MachineSource = Callable[["HookOptions"], Machine]
@@ -72,41 +72,40 @@ class HookOptions:
     def __post_init__(self) -> None:
         if self.stage not in STAGES:
             raise ValueError(f"stage {quote(self.stage)} is not one of {', '.join(STAGES)}")
-        # A timer cannot be armed past the platform's time_t, nor with nan or inf.
-        if not 0 < self.timeout <= MAX_TIMEOUT_S:
-            raise ValueError(f"timeout must be positive and at most {MAX_TIMEOUT_S:g} s, not "
-                             f"{quote(self.timeout)}")
+        check_timeout(self.timeout)
+
+    @property
+    def log_path(self) -> Path:
+        return self.log_file or self.state_dir / LOG_NAME
 
 
 def run(options: HookOptions, stdin: IO[bytes], stdout: IO[str], stderr: IO[str],
         machine: MachineSource | None = None, started: float | None = None,
-        timeout_hint: str = "", memory: DaemonMemory | None = None) -> int:
+        timeout_hint: str = "", cache: DaemonCache | None = None) -> int:
     """Exit status 0 when the stage did its work, 1 (and the reason on stderr) otherwise.
 
     ``machine`` defaults to loading it from the options; ``started`` (a ``time.monotonic()``
     value, default now) is when the run began, which the timeout counts from. ``timeout_hint``
     (a hook running in process): a give-up says what the run was doing, and where that was a
-    burst's doing (loading the engine, the state lock), what helps. ``memory``: what the hook
-    daemon keeps between runs (nri_numa.hook.memory)."""
+    burst's doing (loading the engine, the state lock), what helps. ``cache``: what the hook
+    daemon keeps between runs (nri_numa.hook.daemon_cache)."""
     started = time.monotonic() if started is None else started
     handler = _log_to_file(options, stderr)
     left = options.timeout - (time.monotonic() - started)
     phase = _Phase()
     try:
-        if left <= 0:  # spent waiting for the daemon to take the run
-            return _fail(options, stderr, f"gave up after {options.timeout:g} s (--timeout)",
-                         started)
-        with _deadline(left):
+        if left <= 0:  # spent before the run began: queued in the hook daemon, where no hint is
+            return _fail(options, stderr, gave_up(options.timeout, "waiting to be run",
+                                                  timeout_hint or DAEMON_HINT), started)
+        with time_limit(left):
             try:
                 done = _run_stage(options, stdin, stdout, started, machine or load_machine,
-                                  phase, memory)
+                                  phase, cache)
             except HookTimeout:
                 return _fail(options, stderr, phase.gave_up(options.timeout, timeout_hint),
                              started)
             except Exception as e:  # fail closed on anything, with a reason
                 if timeout_hint and _is_lock_timeout(e):
-                    from nri_numa.hook.deadline import gave_up_early
-
                     return _fail(options, stderr, gave_up_early(
                         options.timeout, f"waiting for the state lock ({e})", timeout_hint),
                         started)
@@ -136,16 +135,12 @@ class _Phase:
         self.now = "loading the engine"
 
     def gave_up(self, timeout: float, hint: str) -> str:
-        if not hint:
-            return f"gave up after {timeout:g} s (--timeout)"
-        from nri_numa.hook.deadline import gave_up
-
         return gave_up(timeout, self.now, hint if self.now in self.BURST else "")
 
 
 def _run_stage(options: HookOptions, stdin: IO[bytes], stdout: IO[str], started: float,
                machine_source: MachineSource, phase: _Phase | None = None,
-               memory: DaemonMemory | None = None) -> str:
+               cache: DaemonCache | None = None) -> str:
     phase = phase or _Phase()
     from nri_numa.hook import stages
     from nri_numa.state.checkpoint import CheckpointStore
@@ -167,7 +162,7 @@ def _run_stage(options: HookOptions, stdin: IO[bytes], stdout: IO[str], started:
     store = CheckpointStore(options.state_dir, machine.fingerprint, rebuilt=REBUILT)
     env = stages.HookEnv(machine, store,
                          CgroupFs(options.cgroup_root, options.proc_root), max(left, 0.0),
-                         memory=memory)
+                         cache=cache)
     if stage == "createRuntime":
         return stages.create_runtime(env, state, spec)
     if stage == "poststop":
@@ -207,7 +202,7 @@ def _reason(e: Exception) -> str:
 
 
 @contextmanager
-def _deadline(seconds: float) -> Iterator[None]:
+def time_limit(seconds: float) -> Iterator[None]:
     """Raise HookTimeout in the main thread once ``seconds`` have passed."""
     def expire(signum: int, frame: Any) -> None:
         raise HookTimeout()
@@ -234,8 +229,8 @@ def _log_to_file(options: HookOptions, stderr: IO[str] | None = None) -> logging
     log or folder that is a symlink, or a log that is not a file, is never written through nor
     waited on (nri_numa.safeio.log_files): one warning line on stderr says so."""
     try:
-        handler = open_log_file(options.log_file or options.state_dir / LOG_NAME,
-                                create_folder=True, rotate_past=LOG_KEEP_BYTES, quiet=True)
+        handler = open_log_file(options.log_path, create_folder=True, rotate_past=LOG_KEEP_BYTES,
+                                quiet=True)
     except LogFileRefused as e:
         # A state folder that is a link fails the run itself, with that reason: one line.
         if stderr is not None and not (e.folder and options.log_file is None):

@@ -36,7 +36,7 @@ DAEMON_OPTIONS = {"config": "--config", "topology": "--topology", "log_file": "-
 _FIRST_WAIT_S = 0.001
 _LAST_WAIT_S = 0.01
 
-Connect = Callable[[str, float], "socket.socket | None"]
+Connect = Callable[[str], "socket.socket | None"]
 
 
 class StartError(Exception):
@@ -130,7 +130,7 @@ def connect_or_start(path: str, state_dir: str, options: dict[str, Any], connect
     if lock is None:
         return None
     try:
-        conn = connect(path, max(left(), 0.001))  # another hook may have started it meanwhile
+        conn = connect(path)  # another hook may have started it meanwhile
         if conn is not None:
             return conn
         argv = daemon_command(state_dir, options)
@@ -142,7 +142,7 @@ def connect_or_start(path: str, state_dir: str, options: dict[str, Any], connect
             raise
         finally:
             listener.close()  # the daemon holds its own copy
-        return connect(path, max(left(), 0.001))
+        return connect(path)
     finally:
         os.close(lock)
 

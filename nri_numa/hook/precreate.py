@@ -44,17 +44,17 @@ def container_id(spec: Mapping[str, Any]) -> str:
     return found.group(0)
 
 
-FAST_CLIENT = "nri_numa/hook/fast_client.py"  # run by path (docs/oci-hook.md, "The fast path")
+PYTHON_CLIENT = "nri_numa/hook/client.py"  # run by path (docs/oci-hook.md, "The thin clients")
 C_CLIENT = "nri-numa-hook-client"  # the compiled client (docs/oci-hook.md, "The C client")
 
 
 def _is_hook_client(arg: str) -> bool:
-    return arg in ("hook", C_CLIENT) or arg.endswith((FAST_CLIENT, "/" + C_CLIENT))
+    return arg in ("hook", C_CLIENT) or arg.endswith((PYTHON_CLIENT, "/" + C_CLIENT))
 
 
 def has_claiming_hook(spec: Mapping[str, Any]) -> bool:
-    """Whether the spec runs ``nri-numa hook createRuntime`` (or ``prestart``), the fast
-    client ``python3 -I -S …/nri_numa/hook/fast_client.py createRuntime`` or the C client
+    """Whether the spec runs ``nri-numa hook createRuntime`` (or ``prestart``), the Python
+    client ``python3 -I -S …/nri_numa/hook/client.py createRuntime`` or the C client
     ``…/nri-numa-hook-client createRuntime``."""
     hooks = spec.get("hooks")
     if not isinstance(hooks, dict):

@@ -11,7 +11,7 @@
 
 Every stage first drops what dead containers held. All of it happens under the lock: a cgroup
 written after unlocking could put a container back on a CPU another hook has just given away.
-The hook daemon runs the same stages with what it kept from its last runs (``HookEnv.memory``):
+The hook daemon runs the same stages with what it kept from its last runs (``HookEnv.cache``):
 the ledger it saved, unless the checkpoint changed since, and the cgroups it found.
 """
 
@@ -40,7 +40,7 @@ from nri_numa.state.checkpoint import CheckpointError, CheckpointStore, LockBusy
 from nri_numa.topology.cpulist import format_list
 
 if TYPE_CHECKING:
-    from nri_numa.hook.memory import DaemonMemory
+    from nri_numa.hook.daemon_cache import DaemonCache
 
 log = logging.getLogger("nri_numa.hook")
 
@@ -63,9 +63,9 @@ class HookEnv:
     lock_timeout: float = 3.0
     clock: Callable[[], float] = time.time
     dev_root: Path = Path("/dev")  # the host's device nodes, for the devices precreate gives
-    # The hook daemon's ledger and cgroups from its last runs (nri_numa.hook.memory); a hook
+    # The hook daemon's ledger and cgroups from its last runs (nri_numa.hook.daemon_cache); a hook
     # process has none and reads the checkpoint and /proc every time.
-    memory: DaemonMemory | None = None
+    cache: DaemonCache | None = None
 
 
 def create_runtime(env: HookEnv, state: OciState, spec: dict[str, Any]) -> str:
@@ -81,8 +81,8 @@ def create_runtime(env: HookEnv, state: OciState, spec: dict[str, Any]) -> str:
     if ident is None:
         raise HookError(f"container {state.id}: its process {state.pid} is gone")
     cgroup = _locate(env, state.pid, state.id)
-    if env.memory is not None:
-        env.memory.cgroups.put(env.fs, ident, cgroup)
+    if env.cache is not None:
+        env.cache.cgroups.put(env.fs, ident, cgroup)
     with _transaction(env) as book:
         record = book.record(state.id)
         process = book.process(state.id)
@@ -173,7 +173,7 @@ def _transaction(env: HookEnv, keep: str | None = None) -> Iterator[SharedLedger
     except CheckpointError as e:
         raise HookError(str(e)) from None
     try:
-        book = None if env.memory is None else env.memory.ledger.take(env.store.path,
+        book = None if env.cache is None else env.cache.ledger.take(env.store.path,
                                                                      env.machine.ctx)
         if book is None:
             book = _load(env)
@@ -222,7 +222,7 @@ def _apply_moves(env: HookEnv, book: SharedLedger, moves: list[Move],
         # The daemon writes where it found the cgroup before: a container gone since this
         # transaction dropped the dead has no cgroup left to write (found again, it is gone).
         if process is None or process.pending \
-                or (env.memory is None and not _running(env, process)):
+                or (env.cache is None and not _running(env, process)):
             continue  # not created yet (precreate), or gone: nothing to write
         try:
             cgroup = _write_moved(env, ProcessId(process.pid, process.start), move.new)
@@ -242,17 +242,17 @@ def _apply_moves(env: HookEnv, book: SharedLedger, moves: list[Move],
 def _write_moved(env: HookEnv, process: ProcessId, cpus: frozenset[int]) -> ContainerCgroup:
     """Write a moved container's cpuset where its cgroup is: as the daemon remembers it, or as
     its process says (found again when the remembered one cannot be written)."""
-    kept = None if env.memory is None else env.memory.cgroups.get(env.fs, process)
+    kept = None if env.cache is None else env.cache.cgroups.get(env.fs, process)
     if kept is not None:
         try:
             write_cpuset(kept, cpus, None)
             return kept
         except CgroupError:
-            env.memory.cgroups.forget(process)  # type: ignore[union-attr]
+            env.cache.cgroups.forget(process)  # type: ignore[union-attr]
     cgroup = locate(env.fs, process.pid)
     write_cpuset(cgroup, cpus, None)
-    if env.memory is not None:
-        env.memory.cgroups.put(env.fs, process, cgroup)
+    if env.cache is not None:
+        env.cache.cgroups.put(env.fs, process, cgroup)
     return cgroup
 
 
@@ -267,14 +267,14 @@ def _undo(done: list[tuple[ContainerCgroup, frozenset[int]]]) -> None:
 
 def _save(env: HookEnv, book: SharedLedger) -> None:
     try:
-        encoders = None if env.memory is None else env.memory.encoders
+        encoders = None if env.cache is None else env.cache.encoders
         env.store.save(book.to_payload() if encoders is None
                        else book.to_payload(encoders.ledger, encoders.records))
     except CheckpointError as e:
         raise HookError(f"cannot save the state, nothing changed: {e}") from None
-    if env.memory is not None:
-        env.memory.ledger.keep(env.store.path, book)
-        env.memory.cgroups.keep_only(_placed_processes(book))
+    if env.cache is not None:
+        env.cache.ledger.keep(env.store.path, book)
+        env.cache.cgroups.keep_only(_placed_processes(book))
 
 
 def _placed_processes(book: SharedLedger) -> set[ProcessId]:

@@ -88,7 +88,7 @@ def test_runtime_dependencies_as_the_extender_runs(image: str, podman_env: dict[
     the hook client start."""
     modules = ("grpc", "google.protobuf", "yaml", "pyroute2", "pynvml", "kubernetes.client",
                "kubernetes.config", "kubernetes.watch", "nri_numa.cluster", "nri_numa.extender",
-               "nri_numa.podresources", "nri_numa.hook.fast_client")
+               "nri_numa.podresources", "nri_numa.hook.client")
     user = ("--user", "65534:65534", "--read-only")
     imported = podman_run(podman_env, *user, "--entrypoint", "/opt/nri-numa/bin/python", image, "-c",
                           f"import importlib; [importlib.import_module(m) for m in {modules!r}]; "

@@ -27,6 +27,7 @@ from pathlib import Path
 
 import pytest
 
+from nri_numa.hook.client import SOCKET_ENV, SOCKET_NAME
 from nri_numa.state.checkpoint import CheckpointStore, machine_fingerprint
 from nri_numa.topology.cpulist import format_list, parse_list
 from nri_numa.topology.model import Topology
@@ -38,7 +39,7 @@ from tests.e2e.harness.runtimes import RUNC, RuntimesUnavailable, find_busybox
 pytestmark = pytest.mark.e2e
 
 REPO = Path(__file__).resolve().parents[2]
-FAST_CLIENT = REPO / "nri_numa" / "hook" / "fast_client.py"
+PYTHON_CLIENT = REPO / "nri_numa" / "hook" / "client.py"
 PODMAN = Path("/usr/bin/podman")
 HOOK_TIMEOUT_S = 20  # in config.json / hooks.d: 20 hooks at once share this machine's CPUs
 HOOK_OWN_TIMEOUT_S = 15
@@ -67,11 +68,16 @@ class Lab:
         return self.topology.online_cpus - self.reserved
 
     def hook_args(self, stage: str) -> list[str]:
-        """As the shipped files run the hook: the fast client by path, from the interpreter
+        """As the shipped files run the hook: the Python client by path, from the interpreter
         nri-numa is installed in, with -I -S (no daemon here: it runs the hook in process)."""
-        return [self.hook_path, "-I", "-S", str(FAST_CLIENT), stage, "--config", str(self.config),
+        return [self.hook_path, "-I", "-S", str(PYTHON_CLIENT), stage, "--config", str(self.config),
                 "--state-dir", str(self.state), "--topology", str(self.topology_file),
                 "--timeout", str(HOOK_OWN_TIMEOUT_S)]
+
+    def hook_env(self, shipped: list[str]) -> list[str]:
+        """A shipped hook's environment with the socket in this lab's state folder."""
+        return [f"{SOCKET_ENV}={self.state / SOCKET_NAME}" if e.startswith(f"{SOCKET_ENV}=")
+                else e for e in shipped]
 
     @property
     def hook_path(self) -> str:
@@ -159,7 +165,8 @@ def bundle(lab: Lab, name: str, cpus: int, args: list[str]) -> Path:
     else:  # BestEffort: the shared pool
         del resources["cpu"], resources["memory"]
     for stage, [hook] in spec["hooks"].items():
-        hook.update(path=lab.hook_path, args=lab.hook_args(stage), timeout=HOOK_TIMEOUT_S)
+        hook.update(path=lab.hook_path, args=lab.hook_args(stage), env=lab.hook_env(hook["env"]),
+                    timeout=HOOK_TIMEOUT_S)
     folder = lab.base / "bundles" / name
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "config.json").write_text(json.dumps(spec))
@@ -295,7 +302,7 @@ def hooks_dir(lab: Lab, name: str, files: tuple[str, ...]) -> Path:
     for file in files:
         data = json.loads((REPO / "hooks" / file).read_text())
         data["hook"].update(path=lab.hook_path, args=lab.hook_args(data["stages"][0]),
-                            timeout=HOOK_TIMEOUT_S)
+                            env=lab.hook_env(data["hook"]["env"]), timeout=HOOK_TIMEOUT_S)
         (folder / file).write_text(json.dumps(data))
     return folder
 

@@ -30,7 +30,7 @@ from tests.e2e.harness.runtimes import RUNC, find_busybox
 
 SRC = Path(__file__).resolve().parents[2]
 EXAMPLE = SRC / "hooks" / "runc-config.example.json"
-FAST_CLIENT = SRC / "nri_numa" / "hook" / "fast_client.py"
+PYTHON_CLIENT = SRC / "nri_numa" / "hook" / "client.py"
 PYTHON = "/usr/bin/python3"
 HOOK_TIMEOUT_S = 60  # a TCG guest on a busy 2-CPU host
 SLICE = "system.slice"
@@ -53,7 +53,7 @@ def run_detached(root: Path, bundle: Path, name: str) -> subprocess.CompletedPro
 
 
 def hook_args(stage: str, config: Path, state: Path) -> list[str]:
-    return [PYTHON, "-I", "-S", str(FAST_CLIENT), stage, "--config", str(config), "--state-dir", str(state),
+    return [PYTHON, "-I", "-S", str(PYTHON_CLIENT), stage, "--config", str(config), "--state-dir", str(state),
             "--timeout", str(HOOK_TIMEOUT_S - 5)]
 
 
@@ -68,7 +68,8 @@ def write_bundle(base: Path, rootfs: Path, name: str, cpus: int, config: Path, s
     else:
         del resources["cpu"], resources["memory"]
     for stage, [hook] in spec["hooks"].items():
-        hook.update(path=PYTHON, args=hook_args(stage, config, state), timeout=HOOK_TIMEOUT_S)
+        hook.update(path=PYTHON, args=hook_args(stage, config, state), timeout=HOOK_TIMEOUT_S,
+                    env=[*hook["env"][:1], f"NRI_NUMA_HOOK_SOCKET={state}/hook.sock"])
     folder = base / "bundles" / name
     folder.mkdir(parents=True)
     (folder / "config.json").write_text(json.dumps(spec))

@@ -1,5 +1,5 @@
 """The OCI hook on a real multi-NUMA kernel with runc's systemd cgroup driver on cgroup v2: bundles
-made from hooks/runc-config.example.json (the fast client by path, createRuntime and poststop)
+made from hooks/runc-config.example.json (the Python client by path, createRuntime and poststop)
 run with `runc --systemd-cgroup` in the guest (tests/e2e_vm/guest_hook.py). The containers'
 `system.slice/nri-numa-hook-<run>-<name>.scope` cgroups and the containers themselves show whole cores
 inside one node (memory is left alone: no Memory Manager in the hook's configuration); `nri-numa

@@ -1,11 +1,10 @@
 """The hook's C client (``nri-numa-hook-client.c`` beside this file, package data) and its
 build: ``python -m nri_numa.hook.c_client`` compiles it on a node with a C compiler, with the
-paths of the interpreter nri-numa is installed in and of that installation's fast client fixed
-into it (whenever the client does not forward a run itself, it execs that interpreter on the
-fast client, ``-I -S``, which runs the hook in process).
+interpreter nri-numa is installed in (which it execs as ``nri-numa hook`` when no daemon
+takes the run) and the socket's variable and default path (nri_numa.hook.client) fixed into it.
 
 The client is the fastest hook path (docs/oci-hook.md, "The C client"); without a compiler the
-Python fast client (fast_client.py) stays the path, which does the same, slower.
+Python client (nri_numa/hook/client.py) does the same, slower.
 """
 
 from __future__ import annotations
@@ -16,6 +15,8 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+
+from nri_numa.hook import client
 
 SOURCE = Path(__file__).resolve().with_name("nri-numa-hook-client.c")
 BINARY_NAME = "nri-numa-hook-client"
@@ -57,15 +58,13 @@ def c_string(text: str, what: str = "the path") -> str:
     return f'"{text}"'
 
 
-def installed_fast_client(python: str) -> str:
-    """The path of nri_numa/hook/fast_client.py in the installation ``python`` imports."""
-    done = subprocess.run([python, "-I", "-c", "import os, nri_numa.hook.fast_client as f; "
-                                               "print(os.path.realpath(f.__file__))"],
-                          capture_output=True, text=True)
+def installed(python: str) -> None:
+    """BuildError unless ``python`` imports nri-numa: the client execs it as ``nri-numa hook``."""
+    done = subprocess.run([python, "-I", "-c", "import nri_numa.cli"], capture_output=True,
+                          text=True)
     if done.returncode != 0:
         last = (done.stderr.strip().splitlines() or ["no message"])[-1]
-        raise BuildError(f"{python} cannot import nri-numa's fast client: {last}")
-    return done.stdout.strip()
+        raise BuildError(f"{python} cannot import nri-numa: {last}")
 
 
 def build(output: Path, python: str, compiler: str | None = None) -> Path:
@@ -74,16 +73,18 @@ def build(output: Path, python: str, compiler: str | None = None) -> Path:
     cc = find_compiler(compiler)
     if cc is None:
         raise BuildError(f"no C compiler found ({compiler or 'cc, gcc, clang'}): the hooks keep "
-                         "the Python fast client (nri_numa/hook/fast_client.py)")
-    define = f"-DNRI_NUMA_PYTHON={python_literal(python)}"
-    fast_client = f"-DNRI_NUMA_FAST_CLIENT={c_string(installed_fast_client(python))}"
+                         "the Python client (nri_numa/hook/client.py)")
+    defines = [f"-DPYTHON={python_literal(python)}",
+               f"-DDEFAULT_SOCKET={c_string(client.DEFAULT_SOCKET)}",
+               f"-DSOCKET_ENV={c_string(client.SOCKET_ENV)}"]
+    installed(python)
     output = Path(output)
     if not output.parent.is_dir():
         raise BuildError(f"{output.parent} is not a folder")
     fd, temp = tempfile.mkstemp(prefix=f".{output.name}.", dir=output.parent)
     os.close(fd)
     try:
-        done = subprocess.run([cc, *CFLAGS, define, fast_client, "-o", temp, str(SOURCE)],
+        done = subprocess.run([cc, *CFLAGS, *defines, "-o", temp, str(SOURCE)],
                               capture_output=True, text=True)
         if done.returncode != 0:
             first = (done.stderr.strip().splitlines() or ["no message"])[0]

@@ -29,6 +29,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
+from nri_numa.hook.client import SOCKET_ENV, SOCKET_NAME
 from nri_numa.state.checkpoint import CheckpointStore, machine_fingerprint
 from nri_numa.topology.model import Topology
 from tests.e2e.harness.cgroups import CgroupLayout, detect_layout, remove_cgroups
@@ -95,8 +96,9 @@ def _state_folder(base: Path) -> Path:
 
 
 def documented_hooks(lab: BurstLab, drop: Iterable[str] = ()) -> dict:
-    """The example's hooks, pointed at this lab: the executable, --config and --state-dir are
-    replaced; timeouts and every other option stay as shipped. ``drop``: flags to leave out."""
+    """The example's hooks, pointed at this lab: the executable, --config, --state-dir and the
+    socket in the environment are replaced; timeouts and every other option stay as shipped.
+    ``drop``: flags to leave out."""
     hooks = json.loads(EXAMPLE.read_text())["hooks"]
     dropped = set(drop)
     for entries in hooks.values():
@@ -110,9 +112,11 @@ def documented_hooks(lab: BurstLab, drop: Iterable[str] = ()) -> dict:
                 elif i and args[i - 1] == "--state-dir":
                     arg = str(lab.state)
                 out.append(arg)
-            if out[1:3] == ["-I", "-S"]:  # the fast client, by path, from nri-numa's Python
+            hook["env"] = [f"{SOCKET_ENV}={lab.state / SOCKET_NAME}"
+                           if e.startswith(f"{SOCKET_ENV}=") else e for e in hook["env"]]
+            if out[1:3] == ["-I", "-S"]:  # the Python client, by path, from nri-numa's Python
                 out[0] = str(lab.hook.with_name("python3"))
-                out[3] = str(fast_client(lab.hook))
+                out[3] = str(python_client(lab.hook))
                 hook.update(path=out[0], args=out)
             else:
                 hook.update(path=str(lab.hook), args=out)
@@ -120,11 +124,11 @@ def documented_hooks(lab: BurstLab, drop: Iterable[str] = ()) -> dict:
 
 
 @functools.lru_cache(maxsize=4)
-def fast_client(hook: Path) -> Path:
-    """The fast client of the build whose ``nri-numa`` is ``hook`` (another build's with
+def python_client(hook: Path) -> Path:
+    """The Python client of the build whose ``nri-numa`` is ``hook`` (another build's with
     bench_hook_burst --hook)."""
     done = subprocess.run([str(hook.with_name("python3")), "-c",
-                           "import nri_numa.hook.fast_client as m; print(m.__file__)"],
+                           "import nri_numa.hook.client as m; print(m.__file__)"],
                           capture_output=True, text=True, check=True, timeout=60)
     return Path(done.stdout.strip())
 

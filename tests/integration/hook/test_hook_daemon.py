@@ -94,13 +94,13 @@ def test_the_daemon_serves_the_hook_on_a_private_socket(setup, daemon):
 
 
 def test_a_hook_configured_otherwise_is_refused_with_a_reason(setup, daemon, tmp_path):
-    host, _, _, args = setup
+    host, state, _, args = setup
     other = tmp_path / "other.json"
     other.write_text(json.dumps(CONFIG))
     args = [other if a.endswith("config.json") else a for a in map(str, args)]
     done = hook("createRuntime", [str(a) for a in args], create(host, "c1", 5001, 2))
     assert done.returncode == 1 and done.stderr.decode().count("\n") == 1
-    assert "the hook daemon serves --config" in done.stderr.decode()
+    assert f"the hook daemon at {state}/hook.sock serves --config" in done.stderr.decode()
 
 
 def test_concurrent_clients_never_get_the_same_cpu(setup, daemon):

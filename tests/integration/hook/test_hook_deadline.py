@@ -14,7 +14,7 @@ import pytest
 
 from nri_numa.hook.deadline import BURST_HINT, COUNTED
 from nri_numa.hook.entry import LOG_NAME
-from nri_numa.hook.slots import TURN_PREFIX, turn_count
+from nri_numa.hook.turns import TURN_PREFIX, turn_count
 from nri_numa.state.checkpoint import CheckpointStore
 from tests.integration.hook.fake_host import oci_state
 from tests.integration.hook.test_hook_daemon import create

@@ -10,8 +10,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 from nri_numa.topology.synthetic import preset_topology
 from tests.integration.hook.fake_host import FakeHost, oci_state, topology_file, write_bundle
 
@@ -21,13 +19,11 @@ DGX = preset_topology("dgx-h100")  # GPUs and NICs: the device machinery is rele
 DEVICE_AND_PRECREATE = {"nri_numa.runtime.device_grant", "nri_numa.runtime.cdi",
                         "nri_numa.runtime.cdi_names", "nri_numa.topology.nvidia_proc",
                         "nri_numa.topology.sysfs_read", "nri_numa.hook.precreate"}
-# The other commands' parsers and modules: a hook run is parsed with the hook's parser alone,
-# or, with plain arguments, without argparse.
+# The other commands' parsers and modules: a hook run is parsed with the hook's parser alone.
 OTHER_COMMANDS = {"nri_numa.cli.main", "nri_numa.cli.run", "nri_numa.cli.explain",
                   "nri_numa.cli.simulate", "nri_numa.cli.scheduler_extender"}
 
 
-FAST_CLIENT = REPO / "nri_numa" / "hook" / "fast_client.py"
 # What the engine loads only on first use, none of which this container under single-numa-node
 # with the container scope needs: the other policies, the pod scope, resize, the device
 # choosers, the distributed CPU take; the kubelet's keys nri-numa ignores (the configuration
@@ -50,11 +46,10 @@ CPUS_ONLY = {"cpuManagerPolicy": "static", "reservedSystemCPUs": "0",
              "topologyManagerPolicy": "single-numa-node"}
 
 
-def run_traced(stage: str, args: list[str], stdin: bytes, fast_client: bool = False) -> set[str]:
-    """The modules a hook process imported, from the interpreter's -X importtime trace: run as
-    ``nri-numa hook``, or as the shipped hooks run the fast client (``-I -S``, no daemon)."""
-    command = ([sys.executable, "-X", "importtime", "-I", "-S", str(FAST_CLIENT)] if fast_client
-               else [sys.executable, "-X", "importtime", "-m", "nri_numa", "hook"])
+def run_traced(stage: str, args: list[str], stdin: bytes) -> set[str]:
+    """The modules a hook process imported, from the interpreter's -X importtime trace, run as
+    ``nri-numa hook`` (what the thin clients exec when no daemon takes the run)."""
+    command = [sys.executable, "-X", "importtime", "-m", "nri_numa", "hook"]
     done = subprocess.run([*command, stage, *args], input=stdin, capture_output=True,
                           text=False, cwd=REPO, timeout=120)
     trace = done.stderr.decode(errors="replace")
@@ -73,24 +68,22 @@ def fake_node(tmp_path: Path, config: dict) -> tuple[FakeHost, list[str]]:
                   "--cgroup-root", str(host.cgroup_root), "--proc-root", str(host.proc)]
 
 
-@pytest.mark.parametrize("fast_client", [False, True], ids=["nri-numa hook", "fast client"])
-def test_create_and_stop_in_process_load_no_device_or_precreate_modules(tmp_path, fast_client):
+def test_create_and_stop_in_process_load_no_device_or_precreate_modules(tmp_path):
     host, args = fake_node(tmp_path, CPUS_ONLY)
     bundle = write_bundle(host.base, "c1", 1)
     host.start(4242, "/pods/c1")
 
-    created = run_traced("createRuntime", args, oci_state("c1", 4242, bundle), fast_client)
+    created = run_traced("createRuntime", args, oci_state("c1", 4242, bundle))
     assert "nri_numa.engine.admit" in created  # it did place the container
     assert host.cpus("/pods/c1") != DGX.online_cpus
     assert not created & DEVICE_AND_PRECREATE
     assert not created & ENGINE_ON_USE, created & ENGINE_ON_USE
     assert not created & MEMORY_AND_DEVICE_ENGINE, created & MEMORY_AND_DEVICE_ENGINE
     assert "nri_numa.cli.hook" in created and not created & OTHER_COMMANDS
-    assert "argparse" not in created  # plain arguments: read as argparse would, without it
     assert not created & {"fractions", "decimal"}  # no quantity is read: they load on first use
 
     host.stop(4242)
-    stopped = run_traced("poststop", args, oci_state("c1", None, host.base), fast_client)
+    stopped = run_traced("poststop", args, oci_state("c1", None, host.base))
     assert "nri_numa.hook.stages" in stopped
     assert not stopped & (DEVICE_AND_PRECREATE | OTHER_COMMANDS | MEMORY_AND_DEVICE_ENGINE)
 
@@ -103,14 +96,14 @@ def test_memory_pinning_in_process_loads_the_memory_manager_on_first_use(tmp_pat
         "reservedMemory": [{"numaNode": 0, "limits": {"memory": "1Gi"}}]})
     bundle = write_bundle(host.base, "m1", 2)
     host.start(4343, "/pods/m1")
-    created = run_traced("createRuntime", args, oci_state("m1", 4343, bundle), True)
+    created = run_traced("createRuntime", args, oci_state("m1", 4343, bundle))
     assert {"nri_numa.engine.memory.allocate", "nri_numa.engine.quantity"} <= created
     assert not created & {"nri_numa.engine.devices.allocate", "nri_numa.engine.devices.hints"}
     blocks = memory_entries(tmp_path)["m1"]["m1"]
     assert [(b["type"], b["size"]) for b in blocks] == [("memory", 64 << 20)]  # the spec's limit
     assert host.mems("/pods/m1") == set(blocks[0]["numaAffinity"])
     host.stop(4343)
-    run_traced("poststop", args, oci_state("m1", None, host.base), True)
+    run_traced("poststop", args, oci_state("m1", None, host.base))
     assert memory_entries(tmp_path) == {}
 
 
@@ -121,7 +114,7 @@ def memory_entries(tmp_path: Path) -> dict:
 
 
 def test_bad_hook_arguments_still_get_the_whole_parser(tmp_path):
-    """Arguments the hook client cannot judge go to every command's parser, as before."""
+    """The hook's parser alone words a usage error as every command's parser does."""
     done = subprocess.run([sys.executable, "-m", "nri_numa", "hook", "createRuntime",
                            "--no-such-option"], capture_output=True, text=True, cwd=REPO,
                           timeout=60)

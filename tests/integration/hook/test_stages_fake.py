@@ -13,7 +13,7 @@ import pytest
 from nri_numa.engine.config_reader import config_from_mapping
 from nri_numa.engine.context import EngineContext
 from nri_numa.hook.machine import Machine
-from nri_numa.hook.memory import DaemonMemory
+from nri_numa.hook.daemon_cache import DaemonCache
 from nri_numa.hook.oci import parse_state
 from nri_numa.hook.shared_ledger import PENDING_GRACE_S
 from nri_numa.topology.cpulist import parse_list
@@ -47,14 +47,14 @@ def clock() -> Clock:
 
 
 # Every stage test runs as a hook process runs it, and as the hook daemon does, keeping its
-# ledger and cgroups between runs (nri_numa.hook.memory): the two must behave alike.
+# ledger and cgroups between runs (nri_numa.hook.daemon_cache): the two must behave alike.
 @pytest.fixture(params=[False, True], ids=["process", "daemon"])
 def env(request, tmp_path, host, clock) -> HookEnv:
     ctx = EngineContext.build(TOPOLOGY, config_from_mapping(CONFIG))
     fingerprint = machine_fingerprint(TOPOLOGY)
     machine = Machine(TOPOLOGY, ctx, fingerprint)
     return HookEnv(machine, CheckpointStore(tmp_path / "state", fingerprint), host.fs, 2.0, clock,
-                   memory=DaemonMemory() if request.param else None)
+                   cache=DaemonCache() if request.param else None)
 
 
 def create(env: HookEnv, host: FakeHost, cid: str, pid: int, cpus: int = 0, **annotations) -> str:

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from nri_numa.hook import client, deadline, ondemand, slots
+from nri_numa.hook import deadline, ondemand, turns
 from nri_numa.hook.activation import ActivationError, inherited_listener
 
 
@@ -45,19 +45,25 @@ def test_give_up_lines_name_the_deadline():
         f"gave up waiting for X, to end within 2.5 s {counted}"
 
 
-def test_start_daemon_is_a_flag_of_the_client_and_not_sent_on():
-    assert client.parse_hook_args(["poststop", "--start-daemon", "--timeout", "3"]) == (
-        "poststop", {"start_daemon": True, "timeout": "3"})
-    assert client.parse_hook_args(["poststop", "--start-daemon=yes"]) is None
+def test_the_daemon_reads_the_start_of_the_process_that_connected(tmp_path):
+    """SO_PEERCRED's pid, then /proc/PID/stat: the hook process's age, not the connection's."""
+    import socket
 
-
-def test_the_client_knows_every_flag_of_the_hook():
-    from nri_numa.cli import build_parser
-
-    hook_parser = build_parser()._subparsers._group_actions[0].choices["hook"]
-    flags = {s for a in hook_parser._actions if a.option_strings and a.nargs == 0
-             and a.dest != "help" for s in a.option_strings}
-    assert flags == set(client.FLAG_OPTIONS)
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as listener:
+        listener.bind(str(tmp_path / "s"))
+        listener.listen(1)
+        hook = subprocess.Popen([sys.executable, "-c", "import socket, sys, time; "
+                                 "time.sleep(0.5); s = socket.socket(socket.AF_UNIX); "
+                                 "s.connect(sys.argv[1]); s.recv(1)", listener.getsockname()])
+        started = time.monotonic()
+        conn, _ = listener.accept()
+        with conn:
+            accepted = time.monotonic()
+            peer = deadline.peer_started(conn)
+            conn.sendall(b"x")
+        hook.wait(10)
+    # It connected half a second after it started; clock ticks are 10 ms.
+    assert started - 0.05 <= peer <= accepted - 0.5
 
 
 def test_the_daemon_started_on_demand_gets_the_hooks_files():
@@ -69,19 +75,19 @@ def test_the_daemon_started_on_demand_gets_the_hooks_files():
 
 
 def test_turns_are_one_per_cpu_and_wait_only_while_time_is_left(tmp_path):
-    first = slots.take_turn(str(tmp_path), lambda: 1.0, count=2)
-    second = slots.take_turn(str(tmp_path), lambda: 1.0, count=2)
+    first = turns.take_turn(str(tmp_path), lambda: 1.0, count=2)
+    second = turns.take_turn(str(tmp_path), lambda: 1.0, count=2)
     assert first is not None and second is not None
     started = time.monotonic()
-    assert slots.take_turn(str(tmp_path), lambda: 0.2 - (time.monotonic() - started),
+    assert turns.take_turn(str(tmp_path), lambda: 0.2 - (time.monotonic() - started),
                            count=2) is None
     assert 0.2 <= time.monotonic() - started < 1
-    slots.release(first)
-    third = slots.take_turn(str(tmp_path), lambda: 1.0, count=2)
+    turns.release(first)
+    third = turns.take_turn(str(tmp_path), lambda: 1.0, count=2)
     assert third is not None
-    slots.release(second)
-    slots.release(third)
-    assert stat.S_IMODE((tmp_path / f"{slots.TURN_PREFIX}0").stat().st_mode) == 0o600
+    turns.release(second)
+    turns.release(third)
+    assert stat.S_IMODE((tmp_path / f"{turns.TURN_PREFIX}0").stat().st_mode) == 0o600
 
 
 def test_the_start_lock_is_waited_for_only_while_time_is_left(tmp_path):

@@ -11,13 +11,14 @@ import pytest
 
 from nri_numa.cli import build_parser
 from nri_numa.hook.annotations import HOOK_ANNOTATION
+from nri_numa.hook.client import SOCKET_ENV, SOCKET_NAME
 
 HOOKS = Path(__file__).resolve().parents[3] / "hooks"
 HOOKS_D = {"nri-numa-createruntime.json": "createRuntime", "nri-numa-poststop.json": "poststop",
            "nri-numa-precreate.json": "precreate"}
 
 
-FAST_CLIENT = "nri_numa/hook/fast_client.py"
+CLIENT = "nri_numa/hook/client.py"
 VENV = "/opt/nri-numa/venv/"  # where packaging/README.md installs nri-numa
 
 
@@ -35,14 +36,14 @@ def c_client_command(hook: dict) -> list[str]:
 
 
 def hook_command(hook: dict) -> list[str]:
-    """The ``nri-numa`` arguments a shipped hook runs: every file runs the fast client, run by
+    """The ``nri-numa`` arguments a shipped hook runs: every file runs the thin client, run by
     path from the interpreter nri-numa is installed in, with ``-I -S`` (docs/oci-hook.md).
     ``args[0]`` is the interpreter's whole path: Python finds its installation (the venv) from
     it, and a bare ``python3`` would be looked up on the hook's PATH: the system's."""
     path, args = hook["path"], hook["args"]
     assert Path(path).is_absolute() and path.startswith(VENV)
     assert args[0] == path and args[1:3] == ["-I", "-S"]
-    assert args[3].startswith(VENV) and args[3].endswith("/site-packages/" + FAST_CLIENT)
+    assert args[3].startswith(VENV) and args[3].endswith("/site-packages/" + CLIENT)
     return ["hook", *args[4:]]
 
 
@@ -51,6 +52,8 @@ def check_hook(hook: dict, stage: str) -> None:
     assert (args.command, args.stage) == ("hook", stage)
     assert isinstance(hook["timeout"], int) and hook["timeout"] > (args.timeout or 4)
     assert any(e.startswith("PATH=/") for e in hook["env"])  # explicit: never the runtime's env
+    # The thin client finds the daemon by its environment, not its arguments: the same folder.
+    assert f"{SOCKET_ENV}={args.state_dir}/{SOCKET_NAME}" in hook["env"]
 
 
 @pytest.mark.parametrize("name, stage", HOOKS_D.items())
@@ -85,8 +88,8 @@ def test_the_runc_example_runs_the_hook_at_create_runtime_and_poststop():
     assert spec["process"]["terminal"] is False
 
 
-def test_the_fast_client_the_files_name_is_the_packages_and_the_daemon_units_venv():
-    assert (Path(__file__).resolve().parents[3] / FAST_CLIENT).is_file()
+def test_the_client_the_files_name_is_the_packages_and_the_daemon_units_venv():
+    assert (Path(__file__).resolve().parents[3] / CLIENT).is_file()
     unit = (HOOKS.parent / "packaging" / "nri-numa-hook-daemon.service").read_text()
     assert f"ExecStart={VENV}bin/nri-numa hook-daemon" in unit
 
@@ -102,9 +105,9 @@ def test_the_example_configuration_turns_the_static_cpu_manager_on():
 
 
 def as_python_client(hook: dict) -> dict:
-    """A C client's hook as the same hook through the Python fast client."""
+    """A C client's hook as the same hook through the Python client."""
     python = VENV + "bin/python3"
-    client = VENV + "lib/python3.11/site-packages/" + FAST_CLIENT
+    client = VENV + "lib/python3.11/site-packages/" + CLIENT
     return {**hook, "path": python, "args": [python, "-I", "-S", client, *hook["args"][1:]]}
 
 

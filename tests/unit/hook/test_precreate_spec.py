@@ -47,10 +47,10 @@ def _hook(*args: str) -> dict:
     ({}, False),
     (None, False),
     ({"createRuntime": [{"path": "/v/bin/python3", "args": [
-        "/v/bin/python3", "-I", "-S", "/v/lib/nri_numa/hook/fast_client.py", "createRuntime"]}]},
+        "/v/bin/python3", "-I", "-S", "/v/lib/nri_numa/hook/client.py", "createRuntime"]}]},
      True),
     ({"createRuntime": [{"path": "/v/bin/python3", "args": [
-        "/v/bin/python3", "-I", "-S", "/v/lib/nri_numa/hook/fast_client.py", "poststop"]}]},
+        "/v/bin/python3", "-I", "-S", "/v/lib/nri_numa/hook/client.py", "poststop"]}]},
      False),
     ({"createRuntime": [{"path": "/x", "args": ["x", 3, "createRuntime"]}]}, False),
     ({"createRuntime": [{"path": "/v/bin/nri-numa-hook-client", "args": [

@@ -114,7 +114,7 @@ class PayloadEncoders:
     records: RecordsEncoder = field(default_factory=RecordsEncoder)
 
 
-class DaemonMemory:
+class DaemonCache:
     """Everything the daemon keeps from one run to the next."""
 
     def __init__(self) -> None:

@@ -1,6 +1,7 @@
-"""What the hook daemon keeps between runs (nri_numa.hook.memory), on a fake host in process: the
-ledger is read again exactly when the checkpoint changed under it, cgroup files already holding
-their value are not written, and cgroups are found again once they move or their container goes."""
+"""What the hook daemon keeps between runs (nri_numa.hook.daemon_cache), on a fake host in
+process: the ledger is read again exactly when the checkpoint changed under it, cgroup files
+already holding their value are not written, and cgroups are found again once they move or
+their container goes."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from nri_numa.engine.config_reader import config_from_mapping
 from nri_numa.engine.context import EngineContext
 from nri_numa.hook.cgroup import locate, write_cpuset
 from nri_numa.hook.machine import Machine
-from nri_numa.hook.memory import DaemonMemory
+from nri_numa.hook.daemon_cache import DaemonCache
 from nri_numa.hook.oci import parse_state
 from nri_numa.hook.stages import HookEnv, HookError, create_runtime, precreate
 from nri_numa.state.checkpoint import CheckpointStore, machine_fingerprint
@@ -38,7 +39,7 @@ def envs(tmp_path, host: FakeHost) -> tuple[HookEnv, HookEnv]:
     fingerprint = machine_fingerprint(TOPOLOGY)
     machine = Machine(TOPOLOGY, ctx, fingerprint)
     store = CheckpointStore(tmp_path / "state", fingerprint)
-    return (HookEnv(machine, store, host.fs, 2.0, memory=DaemonMemory()),
+    return (HookEnv(machine, store, host.fs, 2.0, cache=DaemonCache()),
             HookEnv(machine, CheckpointStore(tmp_path / "state", fingerprint), host.fs, 2.0))
 
 
@@ -46,10 +47,10 @@ def test_the_ledger_is_read_again_only_when_the_checkpoint_changed(tmp_path, hos
     daemon, process = envs(tmp_path, host)
     create(daemon, host, "a", 1001, cpus=4)
     create(daemon, host, "b", 1002, cpus=4)
-    assert daemon.memory.ledger.loads == 1  # the first run only
+    assert daemon.cache.ledger.loads == 1  # the first run only
     create(process, host, "c", 1003, cpus=4)  # a hook that ran in process meanwhile
     create(daemon, host, "d", 1004, cpus=4)
-    assert daemon.memory.ledger.loads == 2
+    assert daemon.cache.ledger.loads == 2
     held = [host.cpus(f"/pods/{cid}") for cid in "abcd"]
     assert len(frozenset().union(*held)) == 16  # d did not get c's CPUs
     assert set(daemon.store.load()["processes"]) == set("abcd")
@@ -71,7 +72,7 @@ def test_a_run_that_fails_keeps_nothing(tmp_path, host):
     with pytest.raises(HookError, match="TopologyAffinityError"):
         create(daemon, host, "c", 1003, cpus=46)
     create(daemon, host, "s", 1004)
-    assert daemon.memory.ledger.loads == 2  # read again after the refusal
+    assert daemon.cache.ledger.loads == 2  # read again after the refusal
     assert set(daemon.store.load()["processes"]) == {"a", "b", "s"}
 
 
@@ -122,15 +123,15 @@ def test_cgroups_are_forgotten_with_their_container_and_found_again_when_moved(t
     daemon, _ = envs(tmp_path, host)
     create(daemon, host, "s1", 1001)
     create(daemon, host, "s2", 1002)
-    assert len(daemon.memory.cgroups) == 2
+    assert len(daemon.cache.cgroups) == 2
     stop(daemon, host, "s2", 1002)
-    assert len(daemon.memory.cgroups) == 1
+    assert len(daemon.cache.cgroups) == 1
     # s1's process now lives in another cgroup, and the old one is gone.
     host.start(1001, "/pods/s1-moved")
     shutil.rmtree(host.dir("/pods/s1"))
     create(daemon, host, "x", 1003, cpus=4)
     assert host.cpus("/pods/s1-moved") == TOPOLOGY.online_cpus - host.cpus("/pods/x")
-    assert len(daemon.memory.cgroups) == 2  # s1's new cgroup, and x's
+    assert len(daemon.cache.cgroups) == 2  # s1's new cgroup, and x's
 
 
 def test_the_daemons_checkpoint_is_byte_for_byte_a_hook_processs(tmp_path):
