@@ -15,7 +15,7 @@ from nri_numa.cli.errors import CliError
 
 if TYPE_CHECKING:
     import argparse
-    import socket
+    import _socket
 
     from nri_numa.hook.deadline import Guard
     from nri_numa.hook.entry import HookOptions
@@ -139,15 +139,14 @@ def _hand_over(args: argparse.Namespace, state_dir: str, guard: Guard) -> int | 
         return None
     guard.phase, guard.hint = "waiting for the hook daemon's answer", deadline.DAEMON_HINT
     try:
-        with conn:
-            code = client.hand_over(conn, args.given)
+        code = client.hand_over(conn, args.given)
     except OSError as e:
         return _fail(guard, client.unanswered(path, e))
     return _fail(guard, client.unanswered(path)) if code is None else code
 
 
 def _start_daemon(args: argparse.Namespace, state_dir: str, path: str,
-                  guard: Guard) -> socket.socket | None:
+                  guard: Guard) -> _socket.socket | None:
     """A connection to a daemon started here; None (the run stays here) when it cannot be
     started, with the reason in the hook log."""
     from nri_numa.hook import client, deadline, ondemand

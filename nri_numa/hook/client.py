@@ -23,13 +23,15 @@ interpreter (``-I``, with ``site``; the C client: ``PYTHON -I -m nri_numa hook``
 the hook in that process or, with ``--start-daemon``, starts a daemon and hands it the run
 (nri_numa.cli.hook). The exec keeps the pid and so the start time the deadline counts from.
 
-Standard library only: ``nri-numa hook`` imports this module too, for the same wire.
+Standard library only: ``nri-numa hook`` imports this module too, for the same wire. The socket
+is ``_socket``'s, the C type under the ``socket`` module: that module's import (``enum``,
+``selectors``) is most of what this client costs above a bare interpreter.
 """
 
 from __future__ import annotations
 
+import _socket
 import os
-import socket
 import sys
 
 SOCKET_ENV = "NRI_NUMA_HOOK_SOCKET"
@@ -54,10 +56,10 @@ def standard_fds_open() -> bool:
     return True
 
 
-def connect(path: str) -> socket.socket | None:
+def connect(path: str) -> _socket.socket | None:
     """A connection to the daemon at ``path``; None when none listens there. OSError when
     something there cannot be reached (no permission, a path too long)."""
-    conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    conn = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
     try:
         conn.connect(path)
     except (FileNotFoundError, ConnectionRefusedError):
@@ -69,15 +71,19 @@ def connect(path: str) -> socket.socket | None:
     return conn
 
 
-def hand_over(conn: socket.socket, args: list[str]) -> int | None:
-    """Send ``args`` and this process's standard descriptors on ``conn``: the exit status the
-    daemon answers, None when it closed the connection without one. OSError when the
-    connection fails."""
+def hand_over(conn: _socket.socket, args: list[str]) -> int | None:
+    """Send ``args`` and this process's standard descriptors on ``conn`` and close it: the exit
+    status the daemon answers, None when it closed the connection without one. OSError when
+    the connection fails."""
     payload = b"".join(os.fsencode(arg) + b"\0" for arg in args)
-    sent = socket.send_fds(conn, [payload], list(STANDARD_FDS))
-    conn.sendall(payload[sent:])
-    conn.shutdown(socket.SHUT_WR)
-    status = conn.recv(1)
+    fds = b"".join(fd.to_bytes(4, sys.byteorder) for fd in STANDARD_FDS)  # C ints
+    try:
+        sent = conn.sendmsg([payload], [(_socket.SOL_SOCKET, _socket.SCM_RIGHTS, fds)])
+        conn.sendall(payload[sent:])
+        conn.shutdown(_socket.SHUT_WR)
+        status = conn.recv(1)
+    finally:
+        conn.close()
     return status[0] if status else None
 
 
@@ -108,8 +114,7 @@ def main(args: list[str]) -> int:
     if conn is None:
         run_in_python(args)
     try:
-        with conn:
-            code = hand_over(conn, args)
+        code = hand_over(conn, args)
     except OSError as e:
         return _fail(unanswered(path, e))
     return _fail(unanswered(path)) if code is None else code

@@ -18,6 +18,7 @@ library only: this runs in the thin hook process.
 
 from __future__ import annotations
 
+import _socket
 import fcntl
 import os
 import socket
@@ -36,7 +37,7 @@ DAEMON_OPTIONS = {"config": "--config", "topology": "--topology", "log_file": "-
 _FIRST_WAIT_S = 0.001
 _LAST_WAIT_S = 0.01
 
-Connect = Callable[[str], "socket.socket | None"]
+Connect = Callable[[str], "_socket.socket | None"]
 
 
 class StartError(Exception):
