@@ -40,7 +40,7 @@ GUEST_SRC = "/opt/nri-numa/src"
 SRC_DISK_LABEL = "nri-numa-src"  # scripts/vm-deps's /etc/fstab mounts it at GUEST_SRC
 SRC_DISK_SIZE = "256M"
 NVME_DISK_BYTES = 64 << 20
-SOURCES = ("nri_numa", "tests", "hooks", "pyproject.toml")
+SOURCES = ("nri_numa", "tests", "hooks", "packaging", "pyproject.toml")
 BOOT_TIMEOUT_S = float(os.environ.get("NRI_NUMA_VM_BOOT_TIMEOUT", "240"))
 STOP_TIMEOUT_S = 10.0
 # TSC stays the clocksource under TCG with a Skylake CPU model (with -cpu max Go binaries crawl on
