@@ -78,6 +78,8 @@ def k8s_node(guest: Guest) -> Iterator[K8sNode]:
     finally:
         try:
             down = guest_node(guest, "down")
+            _TIMES.append("kubernetes node in the guest, tear-down: "
+                          + ", ".join(f"{k} {v}" for k, v in down.items() if k != "problems"))
         finally:
             problems = plane.stop_tunnel() + plane.down()
         assert not problems and not down["problems"], (problems, down["problems"])
