@@ -8,9 +8,10 @@ and 2.1.9, runc, Python 3.11 with nri-numa's dependencies).
                                     checkout's copy, with nri-numa on PATH); CMD's output and status
     numa-vm down DIR                stop it and remove its disks (the logs stay)
 
-The guest runs the checkout as it is: `up` copies nri_numa/, tests/, hooks/ and pyproject.toml onto a
-small second disk that the guest mounts at /opt/nri-numa/src. It has no network: its NICs are
-QEMU user networking with restrict=on, and the one way in is ssh forwarded from 127.0.0.1.
+The guest runs the checkout as it is: `up` copies nri_numa/, tests/, hooks/, packaging/ and
+pyproject.toml onto a small second disk that the guest mounts at /opt/nri-numa/src. It has no
+network: its NICs are QEMU user networking with restrict=on, and the one way in is ssh forwarded
+from 127.0.0.1.
 
 Standard library only (scripts/numa-vm runs it with Debian's python3 when there is no .venv)."""
 
