@@ -7,11 +7,9 @@ NUMA nodes are the guest's."""
 from __future__ import annotations
 
 import json
-import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
 
 import pytest
 
@@ -50,13 +48,13 @@ def guest_node(guest: Guest, command: str, plan: dict | None = None) -> dict:
 
 
 @pytest.fixture(scope="module")
-def k8s_node(guest: Guest) -> Iterator[K8sNode]:
+def k8s_node(guest: Guest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[K8sNode]:
     try:
         binaries = find_binaries()
     except LabUnavailable as exc:
         pytest.skip(f"no Kubernetes binaries for the guest's node: {exc}")
-    # A short folder: the lab keeps sockets and certificates there; its own, never the host lab's.
-    plane = ControlPlane(Path(tempfile.mkdtemp(prefix="vm-k8s-", dir="/tmp")))
+    # A folder of its own, never the host lab's; its logs stay there.
+    plane = ControlPlane(tmp_path_factory.mktemp("k8s-control-plane"))
     try:
         figures = plane.start(binaries)
         plane.start_tunnel(guest.vm)
