@@ -76,7 +76,9 @@ def guest(vm_layout: Layout, tmp_path_factory: pytest.TempPathFactory) -> Iterat
     layout_file = os.environ.get(LAYOUT_ENV, str(DEFAULT_LAYOUT))
     up(vm, layout_file)  # stops what it started when it fails
     try:
-        yield Guest(vm, vm_layout, float(vm.ready.read_text()))
+        booted = Guest(vm, vm_layout, float(vm.ready.read_text()))
+        _TIMES.append(f"boot (numa-vm up) {booted.boot_s:.1f} s")
+        yield booted
     finally:
         down(vm)
 
@@ -91,7 +93,6 @@ def pods_run(request: pytest.FixtureRequest, guest: Guest) -> dict:
         pytest.fail(f"guest_pods on containerd {request.param} failed ({done.returncode}): {done.stderr[-3000:]}")
     answer = json.loads(done.stdout)
     (guest.vm / f"guest-pods-{request.param}.json").write_text(done.stdout)
-    _TIMES.append(f"boot (numa-vm up) {guest.boot_s:.1f} s" if not _TIMES else "")
     _TIMES.append(summary(request.param, answer))
     assert "error" not in answer, f"containerd {request.param}: {answer['error']}\n{answer['containerd_log_tail']}"
     return answer

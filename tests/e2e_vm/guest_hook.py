@@ -82,6 +82,14 @@ def state_of(state: Path) -> dict[str, object]:
     return {"status": done.returncode, "stdout": done.stdout, "stderr": done.stderr[-2000:]}
 
 
+def unpack_busybox(rootfs: Path, busybox: Path) -> None:
+    """A read-only root for the bundles: the e2e harness's busybox layer, unpacked."""
+    rootfs.mkdir()
+    with tarfile.open(fileobj=io.BytesIO(rootfs_layer(busybox))) as tar:
+        # Our own layer; Debian 12's Python 3.11.2 predates extractall's filter argument.
+        tar.extractall(rootfs, **({"filter": "tar"} if hasattr(tarfile, "tar_filter") else {}))
+
+
 def main() -> int:
     plan = json.load(sys.stdin)
     layout = detect_layout()
@@ -92,10 +100,7 @@ def main() -> int:
     answer: dict[str, object] = {"containers": {}, "scope_prefix": prefix}
     names: list[str] = []
     try:
-        rootfs.mkdir()
-        with tarfile.open(fileobj=io.BytesIO(rootfs_layer(find_busybox()))) as tar:
-            # Our own layer; Debian 12's Python 3.11.2 predates extractall's filter argument.
-            tar.extractall(rootfs, **({"filter": "tar"} if hasattr(tarfile, "tar_filter") else {}))
+        unpack_busybox(rootfs, find_busybox())
         config.write_text(json.dumps(plan["config"]))
         for container in plan["containers"]:
             name = container["name"]

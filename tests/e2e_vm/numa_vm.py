@@ -8,9 +8,10 @@ and 2.1.9, runc, Python 3.11 with nri-numa's dependencies).
                                     checkout's copy, with nri-numa on PATH); CMD's output and status
     numa-vm down DIR                stop it and remove its disks (the logs stay)
 
-The guest runs the checkout as it is: `up` copies nri_numa/, tests/, hooks/ and pyproject.toml onto a
-small second disk that the guest mounts at /opt/nri-numa/src. It has no network: its NICs are
-QEMU user networking with restrict=on, and the one way in is ssh forwarded from 127.0.0.1.
+The guest runs the checkout as it is: `up` copies nri_numa/, tests/, hooks/, packaging/ and
+pyproject.toml onto a small second disk that the guest mounts at /opt/nri-numa/src. It has no
+network: its NICs are QEMU user networking with restrict=on, and the one way in is ssh forwarded
+from 127.0.0.1.
 
 Standard library only (scripts/numa-vm runs it with Debian's python3 when there is no .venv)."""
 
@@ -40,7 +41,7 @@ GUEST_SRC = "/opt/nri-numa/src"
 SRC_DISK_LABEL = "nri-numa-src"  # scripts/vm-deps's /etc/fstab mounts it at GUEST_SRC
 SRC_DISK_SIZE = "256M"
 NVME_DISK_BYTES = 64 << 20
-SOURCES = ("nri_numa", "tests", "hooks", "pyproject.toml")
+SOURCES = ("nri_numa", "tests", "hooks", "packaging", "pyproject.toml")
 BOOT_TIMEOUT_S = float(os.environ.get("NRI_NUMA_VM_BOOT_TIMEOUT", "240"))
 STOP_TIMEOUT_S = 10.0
 # TSC stays the clocksource under TCG with a Skylake CPU model (with -cpu max Go binaries crawl on
