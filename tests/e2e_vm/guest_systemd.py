@@ -17,7 +17,7 @@ node 0 is edited to), "hook_config": {KubeletConfiguration keys}, "hook_cpus": 2
    (`nri-numa state`) before and after, and one more pod placed by the new agent.
 2. The hook daemon: packaging/nri-numa-hook-daemon.{socket,service}, `systemctl enable --now
    nri-numa-hook-daemon.socket`; the daemon must not run before the first hook. Two runc
-   bundles (in /tmp, where a runtime may keep them) whose createRuntime hook is the fast client
+   bundles (in /tmp, where a runtime may keep them) whose createRuntime hook is the Python client
    with --state-dir /run/nri-numa: the first starts the daemon through the socket, the second is
    served by the same daemon.
 Everything is removed at the end (units, containerd, pods, state), so the tier's other tests
