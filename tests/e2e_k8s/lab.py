@@ -2,7 +2,8 @@
 behind `scripts/k8s-lab` and the tests in tests/e2e_k8s (one implementation for both).
 
 `Lab(folder).up(...)` starts, each as its own process recorded by pid in ``<folder>/lab.json``:
-etcd, kube-apiserver (token auth, RBAC), kube-controller-manager, kube-scheduler, containerd
+etcd, kube-apiserver (client certificates and tokens, Node and RBAC authorization: each
+component its own identity), kube-controller-manager, kube-scheduler, containerd
 1.7.24 (NRI on, CRI with a CNI bridge network, the e2e busybox image imported), ``nri-numa run``
 (static CPU policy, CPU 0 reserved, single-numa-node, the kubelet's PodResources socket) and the
 kubelet (CPU and Topology Manager off, cgroupfs, its pods under its own cgroup root). It writes
@@ -85,6 +86,7 @@ STOP_ORDER = ("kubelet", DEVICE_PLUGIN, "kube-scheduler", "nri-numa-extender", "
 # The users of the lab's control plane components (their kubeconfigs: <folder>/<component>.kubeconfig).
 COMPONENT_USERS = {"kube-controller-manager": "system:kube-controller-manager",
                    "kube-scheduler": "system:kube-scheduler"}
+AGENT_SERVICE_ACCOUNT = "system:serviceaccount:kube-system:nri-numa"  # the apiserver audits it
 # The apiserver's names besides 127.0.0.1 and localhost: the in-cluster ones, as kubeadm's has.
 API_SERVER_NAMES = ("IP:10.0.0.1", "DNS:kubernetes", "DNS:kubernetes.default",
                     "DNS:kubernetes.default.svc", "DNS:kubernetes.default.svc.cluster.local")
@@ -251,6 +253,10 @@ class Lab:
         return self.kubelet_root / "pod-resources" / "kubelet.sock"
 
     @property
+    def audit_log(self) -> Path:
+        return self.logs / "audit.log"
+
+    @property
     def agent_log(self) -> Path:
         return self.logs / "nri-numa.log"
 
@@ -364,6 +370,8 @@ class Lab:
             f"--service-account-key-file={pki / 'sa.pub'}",
             f"--service-account-signing-key-file={pki / 'sa.key'}",
             "--service-cluster-ip-range=10.0.0.0/24",
+            # what nri-numa's ServiceAccount does, one line each (tests/e2e_k8s_install)
+            f"--audit-policy-file={pki / 'audit-policy.yaml'}", f"--audit-log-path={self.audit_log}",
             # kubectl logs/exec: the apiserver dials the kubelet by the node's name, localhost.
             "--kubelet-preferred-address-types=Hostname,InternalIP", "--profiling=false"])
         self._wait(kube.readyz, APISERVER_READY_S, "kube-apiserver to answer /readyz ok", "kube-apiserver")
@@ -422,6 +430,9 @@ class Lab:
         (pki / "tokens.csv").write_text(
             f"{self.recorded.token},admin,admin,system:masters\n"
             + "".join(f"{token},{user},{user}\n" for user, token in tokens.items()))
+        (pki / "audit-policy.yaml").write_text(json.dumps({
+            "apiVersion": "audit.k8s.io/v1", "kind": "Policy", "omitStages": ["RequestReceived"],
+            "rules": [{"level": "Metadata", "users": [AGENT_SERVICE_ACCOUNT]}, {"level": "None"}]}))
         for argv in (["openssl", "genrsa", "-out", str(pki / "sa.key"), "2048"],
                      ["openssl", "rsa", "-in", str(pki / "sa.key"), "-pubout", "-out", str(pki / "sa.pub")]):
             subprocess.run(argv, capture_output=True, check=True)
