@@ -122,6 +122,11 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]):  
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """The k8s lab section, unless tests/e2e_k8s's conftest prints it (both tiers in one run)."""
+    k8s_tier = str(REPO / "tests" / "e2e_k8s" / "conftest.py")
+    if any(getattr(plugin, "__file__", None) == k8s_tier
+           for plugin in terminalreporter.config.pluginmanager.get_plugins()):
+        return
     if SUMMARY:
         terminalreporter.section("k8s lab")
         for line in SUMMARY:

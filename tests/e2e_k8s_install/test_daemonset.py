@@ -56,8 +56,6 @@ def test_the_agent_runs_in_its_pod_and_places_the_nodes_pods(lab: Lab, kube: Kub
     node = kube.node(NODE_NAME)
     assert [(o["kind"], o["uid"]) for o in obj["metadata"]["ownerReferences"]] == [
         ("Node", node["metadata"]["uid"])]
-    # The object was written by the agent's ServiceAccount (managedFields name its user agent;
-    # the API server's audit would name the user: RBAC let only the ServiceAccount write).
     delete_and_wait_gone(kube, lab, ["be", "g1"])
 
 
@@ -151,8 +149,7 @@ def wait_until(check: Callable[[], object], seconds: float) -> bool:
 def test_the_cluster_role_holds_exactly_what_the_agent_uses(lab: Lab, kube: Kube) -> None:
     """Every verb of the packaged ClusterRole is one the agent used (the API server's audit),
     and each rule taken away breaks one of the agent's uses of the API server; eviction aside
-    (a controller's pod refused 3 times, 30 s apart at least: tests/e2e_k8s/test_refusals.py
-    has the eviction with the lab's host agent)."""
+    (a controller's pod refused 3 times, 30 s apart at least, with the packaged defaults)."""
     role = packaged_role()
     results: dict[str, dict[str, bool]] = {}
     try:
