@@ -33,7 +33,6 @@ PODMAN = "/usr/bin/podman"
 NAMESPACE = "kube-system"
 NAME = "nri-numa"
 DAEMONSET = f"/apis/apps/v1/namespaces/{NAMESPACE}/daemonsets/{NAME}"
-ROLE = f"/apis/rbac.authorization.k8s.io/v1/clusterroles/{NAME}"
 SELECTOR = "app.kubernetes.io/name=nri-numa"
 AGENT_UP_S = 90.0
 

@@ -20,16 +20,19 @@ import pytest
 from nri_numa.cluster.nrt import available_cpus
 from tests.e2e.harness.cgroups import CgroupLayout
 from tests.e2e.cri import api_pb2 as cri
-from tests.e2e_k8s.daemonset import DAEMONSET, NAME, NAMESPACE, agent_pods, running_agent
+from tests.e2e_k8s.daemonset import NAME, NAMESPACE, agent_pods, running_agent
 from tests.e2e_k8s.kube import ApiError, Json, Kube, wait_for
 from tests.e2e_k8s.lab import NODE_NAME, Lab
-from tests.e2e_k8s.pods import container_cpus, delete_and_wait_gone, pod_manifest, wait_running
+from tests.e2e_k8s.pods import container_cpus, pod_manifest, wait_running
 from tests.e2e_k8s_install.conftest import IMAGE_B
 
 pytestmark = pytest.mark.k8s
 NRT_PATH = f"/apis/topology.node.k8s.io/v1alpha2/noderesourcetopologies/{NODE_NAME}"
 WRONG_AFTER_UP_S = 1.0
 CHURN_EVERY_S = 1.0
+# Churned pods alive at a time, older ones deleted: some made while no agent ran still run at
+# the end, where their CPUs show the new agent's adoption.
+ALIVE = 8
 ROLLOUT_S = 120.0
 EVENT = re.compile(r'time="([^"]+)".*(connection to plugin \\"90-nri-numa\\" closed'
                    r'|plugin \\"90-nri-numa\\" connected)')
@@ -55,12 +58,13 @@ def nrt(kube: Kube) -> Json | None:
         raise
 
 
-def running_containers(lab: Lab) -> dict[str, str]:
-    """Container id → pod name of every running container of a pod of the default namespace."""
+def running_containers(lab: Lab) -> dict[str, tuple[str, float]]:
+    """Container id → (pod name, UNIX time created) of every running container of a pod of the
+    default namespace."""
     client = lab.cri()
     try:
-        return {c.id: c.labels["io.kubernetes.pod.name"] for c in client.list_containers()
-                if c.state == cri.CONTAINER_RUNNING
+        return {c.id: (c.labels["io.kubernetes.pod.name"], c.created_at / 1e9)
+                for c in client.list_containers() if c.state == cri.CONTAINER_RUNNING
                 and c.labels.get("io.kubernetes.pod.namespace") == "default"}
     finally:
         client.close()
@@ -77,6 +81,7 @@ def test_a_rolling_update_loses_no_container_and_the_deletion_moves_none(
 
     stop = threading.Event()
     churned: list[str] = []
+    churned_at: list[float] = []
     samples: list[tuple[float, Json | None]] = []
 
     def churn() -> None:
@@ -85,8 +90,9 @@ def test_a_rolling_update_loses_no_container_and_the_deletion_moves_none(
             name = f"churn-{n}"
             kube.apply([pod_manifest(name)])
             churned.append(name)
-            if n >= 3:
-                kube.delete_pod(f"churn-{n - 3}")  # three alive at a time, the rest deleted
+            churned_at.append(time.time())
+            if n >= ALIVE:
+                kube.delete_pod(f"churn-{n - ALIVE}")
             n += 1
             stop.wait(CHURN_EVERY_S)
 
@@ -95,12 +101,14 @@ def test_a_rolling_update_loses_no_container_and_the_deletion_moves_none(
             samples.append((time.time(), nrt(kube)))
             stop.wait(0.1)
 
-    threads = [threading.Thread(target=churn, daemon=True), threading.Thread(target=watch_nrt, daemon=True)]
+    threads = [threading.Thread(target=churn, daemon=True),
+               threading.Thread(target=watch_nrt, daemon=True)]
     began = time.time()
     for thread in threads:
         thread.start()
     try:
         time.sleep(2 * CHURN_EVERY_S)
+        rollout_began = time.time()
         print(kube.kubectl("-n", NAMESPACE, "set", "image", f"daemonset/{NAME}", f"{NAME}={IMAGE_B}"))
         print(kube.kubectl("-n", NAMESPACE, "rollout", "status", f"daemonset/{NAME}",
                            f"--timeout={int(ROLLOUT_S)}s", timeout_s=ROLLOUT_S + 10))
@@ -116,26 +124,37 @@ def test_a_rolling_update_loses_no_container_and_the_deletion_moves_none(
             thread.join(timeout=30)
     rolled = time.time() - began
 
-    closed = [t for t, what in events if what == "closed"]
-    connected = [t for t, what in events if what == "connected"]
-    gap = connected[-1] - closed[0]
-    up_at = connected[-1]
-    alive = [n for n in churned if (p := kube.pod(n)) is not None and not p["metadata"].get("deletionTimestamp")]
+    gaps, down_since = [], None
+    for t, what in events:
+        if what == "closed" and down_since is None:
+            down_since = t
+        elif what == "connected" and down_since is not None:
+            gaps.append(t - down_since)
+            down_since = None
+    gap, up_at = max(gaps), events[-1][0]
+    during = [t for t in churned_at if rollout_began <= t <= up_at]
+    alive = [n for n in churned
+             if (p := kube.pod(n)) is not None and not p["metadata"].get("deletionTimestamp")]
     wait_running(kube, alive)
     failed = [e for e in kube.get("/api/v1/namespaces/default/events")["items"]
-              if e["type"] == "Warning" and e["involvedObject"]["name"] in churned + ["g-hold", "be-before"]
-              and e["reason"] in ("Failed", "TopologyAffinityError")]
+              if e["type"] == "Warning" and e["reason"] in ("Failed", "TopologyAffinityError")
+              and e["involvedObject"]["name"] in [*churned, "g-hold", "be-before"]]
     missing = [t for t, obj in samples if obj is None]
     wrong_after_up = longest_run([(t, obj is None or available_cpus(obj) != expected_available)
                                   for t, obj in samples if t >= up_at])
     print(f"rollout {rolled:.1f} s: {len(events)} NRI connection events, longest gap without an "
-          f"agent {gap:.2f} s, {len(churned)} pods created during it, {len(failed)} refusals; "
+          f"agent {gap:.2f} s, {len(during)} pods created from `set image` to the new agent up "
+          f"({len(churned)} in all), {len(failed)} refusals; "
           f"NodeResourceTopology missing in {len(missing)} of {len(samples)} samples, wrong for "
           f"at most {wrong_after_up:.2f} s after the new agent was up")
     assert gap < rolled
     assert not failed, [(e["involvedObject"]["name"], e["message"]) for e in failed]
     assert not missing
     assert wrong_after_up <= WRONG_AFTER_UP_S
+    made_without_agent = [name for name, created in running_containers(lab).values()
+                          if up_at - gaps[-1] < created < up_at]
+    print(f"running containers made while no agent ran: {sorted(made_without_agent)}")
+    assert made_without_agent  # the check below covers the new agent's adoptions
     placements = check_placements(lab, layout)
 
     # The deletion: the agent goes, every container stays where it is.
@@ -148,8 +167,8 @@ def test_a_rolling_update_loses_no_container_and_the_deletion_moves_none(
 def check_placements(lab: Lab, layout: CgroupLayout) -> dict[str, frozenset[int]]:
     """Every running container of the default namespace: g-hold on CPU 1, every other on the
     shared pool (CPU 0) — none on CPU 1 beside g-hold. Container id → CPUs."""
-    placements = {cid: container_cpus(lab, layout, cid) for cid in running_containers(lab)}
-    names = running_containers(lab)
+    names = {cid: name for cid, (name, _) in running_containers(lab).items()}
+    placements = {cid: container_cpus(lab, layout, cid) for cid in names}
     wrong = {names[c]: sorted(cpus) for c, cpus in placements.items()
              if cpus != ({1} if names[c] == "g-hold" else {0})}
     assert not wrong, f"containers on the wrong CPUs: {wrong}"
