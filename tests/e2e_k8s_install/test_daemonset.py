@@ -121,7 +121,7 @@ def what_works(lab: Lab, kube: Kube) -> dict[str, bool]:
         return [e for e in kube.get(events)["items"] if e["source"].get("component") == component]
 
     def annotated() -> bool:
-        return REFUSED in ((kube.pod("g-unfit") or {})["metadata"].get("annotations") or {})
+        return REFUSED in ((kube.pod("g-unfit") or {}).get("metadata", {}).get("annotations") or {})
 
     def owned() -> bool:
         return bool((nrt(kube) or {}).get("metadata", {}).get("ownerReferences"))
