@@ -123,7 +123,7 @@ def install(lab: Lab, kube: Kube, folder: Path) -> str:
     return out
 
 
-def agent_log(lab: Lab, pod: Json) -> str:
+def agent_log(pod: Json) -> str:
     """The agent container's log as the kubelet keeps it (every restart of the container)."""
     meta = pod["metadata"]
     folder = Path("/var/log/pods") / f"{meta['namespace']}_{meta['name']}_{meta['uid']}" / NAME

@@ -133,7 +133,7 @@ def what_works(lab: Lab, kube: Kube) -> dict[str, bool]:
     wait_until(lambda: owned() and by("nri-numa") and annotated(), ACTED_S)
     works = {"nrt": nrt(kube) is not None, "owner": owned(), "event": bool(by("nri-numa")),
              "annotation": annotated()}
-    log = agent_log(lab, pod)
+    log = agent_log(pod)
     works["pod watch"] = "pod watch: " not in log
     return works
 

@@ -23,7 +23,7 @@ import pytest
 import yaml
 
 from tests.e2e_k8s.daemonset import PACKAGE
-from tests.e2e_k8s.extender_lab import ExtenderLab, LabCertificates, _answers
+from tests.e2e_k8s.extender_lab import ExtenderLab, _answers
 from tests.e2e_k8s.kube import Kube, wait_for
 from tests.e2e_k8s.lab import Lab, LabFailed
 from tests.e2e_k8s.pods import SUMMARY
@@ -41,8 +41,7 @@ class DeployedExtender(ExtenderLab):
     """ExtenderLab with the extender in its Deployment's pod instead of a host process."""
 
     def start_extender(self) -> None:
-        self.certificates = self.certificates or LabCertificates(self.lab.folder / "tls")
-        tls = self.certificates
+        tls = self.certificates  # made by ExtenderLab.up
         # The Secret, as docs/scheduler-extender.md ("Certificates") makes it.
         self.kube.kubectl("-n", NAMESPACE, "create", "secret", "generic", f"{NAME}-tls",
                           f"--from-file=tls.crt={tls.server.cert}", f"--from-file=tls.key={tls.server.key}",
