@@ -29,18 +29,22 @@ def make_ca(folder: Path, name: str) -> KeyPair:
     return pair
 
 
-def make_signed(folder: Path, name: str, ca: KeyPair, *, server: bool) -> KeyPair:
-    """A certificate for ``name`` signed by ``ca``: for serving 127.0.0.1 and localhost when
-    ``server``, else for a client."""
+def make_signed(folder: Path, name: str, ca: KeyPair, *, server: bool, subject: str = "",
+                extra_names: tuple[str, ...] = ()) -> KeyPair:
+    """A certificate for ``name`` signed by ``ca``: for serving 127.0.0.1 and localhost (and
+    ``extra_names``, subjectAltName entries such as "DNS:kubernetes.default.svc") when
+    ``server``, else for a client. ``subject``: an openssl subject in place of /CN=<name>
+    (a Kubernetes client's user and groups: /O=<group>/CN=<user>)."""
     pair = KeyPair(folder / f"{name}.crt", folder / f"{name}.key")
     request = folder / f"{name}.csr"
     extensions = folder / f"{name}.ext"
     extensions.write_text(
         "basicConstraints=CA:FALSE\nkeyUsage=digitalSignature,keyEncipherment\n"
         "subjectKeyIdentifier=hash\nauthorityKeyIdentifier=keyid,issuer\n"
-        + ("subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth\n" if server
+        + (f"subjectAltName={','.join(('IP:127.0.0.1', 'DNS:localhost', *extra_names))}\n"
+           "extendedKeyUsage=serverAuth\n" if server
            else "extendedKeyUsage=clientAuth\n"))
-    _openssl("req", "-newkey", "rsa:2048", "-nodes", "-subj", f"/CN={name}",
+    _openssl("req", "-newkey", "rsa:2048", "-nodes", "-subj", subject or f"/CN={name}",
              "-keyout", str(pair.key), "-out", str(request))
     _openssl("x509", "-req", "-in", str(request), "-CA", str(ca.cert), "-CAkey", str(ca.key),
              "-CAcreateserial", "-days", "2", "-extfile", str(extensions), "-out", str(pair.cert))

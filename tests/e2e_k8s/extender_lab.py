@@ -62,8 +62,8 @@ class LabCertificates:
 def scheduler_config(kubeconfig: Path, extender_port: int, health_port: int,
                      client: KeyPair, server_ca: Path) -> dict[str, Any]:
     """The lab's KubeSchedulerConfiguration: the packaged one's extender, pointed at the
-    extender on 127.0.0.1 and the lab's certificate files, with the lab's client, no leader
-    election, health on 127.0.0.1."""
+    extender on 127.0.0.1 and the lab's certificate files, with the lab's kube-scheduler
+    identity, no leader election, health on 127.0.0.1."""
     packaged = yaml.safe_load(PACKAGED_CONFIG.read_text())
     [extender] = packaged["extenders"]
     health = f"127.0.0.1:{health_port}"  # with --config, --port no longer applies
@@ -124,8 +124,8 @@ class ExtenderLab:
         self.certificates = LabCertificates(lab.folder / "tls")
         self.start_extender()
         self.config_file.write_text(json.dumps(scheduler_config(
-            lab.kubeconfig, self.extender_port, self.health_port, self.certificates.scheduler,
-            self.certificates.server_ca.cert), indent=1) + "\n")
+            lab.component_kubeconfig(SCHEDULER), self.extender_port, self.health_port,
+            self.certificates.scheduler, self.certificates.server_ca.cert), indent=1) + "\n")
         self._plain_scheduler = lab._argv[SCHEDULER]
         self._replace_scheduler([self._plain_scheduler[0], f"--config={self.config_file}",
                                  "--secure-port=0"])

@@ -2,7 +2,8 @@
 behind `scripts/k8s-lab` and the tests in tests/e2e_k8s (one implementation for both).
 
 `Lab(folder).up(...)` starts, each as its own process recorded by pid in ``<folder>/lab.json``:
-etcd, kube-apiserver (token auth, RBAC), kube-controller-manager, kube-scheduler, containerd
+etcd, kube-apiserver (client certificates and tokens, Node and RBAC authorization: each
+component its own identity), kube-controller-manager, kube-scheduler, containerd
 1.7.24 (NRI on, CRI with a CNI bridge network, the e2e busybox image imported), ``nri-numa run``
 (static CPU policy, CPU 0 reserved, single-numa-node, the kubelet's PodResources socket) and the
 kubelet (CPU and Topology Manager off, cgroupfs, its pods under its own cgroup root). It writes
@@ -35,6 +36,7 @@ from pathlib import Path
 
 import yaml
 
+from tests.certificates import make_ca, make_signed
 from tests.e2e.harness.cgroups import detect_layout, remove_cgroups
 from tests.e2e.harness.containerd import ContainerdDaemon, _unmount_under
 from tests.e2e.harness.cri import CriClient
@@ -80,6 +82,14 @@ STOP_TIMEOUT_S = 15.0
 # nodes as it stops, so it goes while the apiserver still answers).
 STOP_ORDER = ("kubelet", DEVICE_PLUGIN, "kube-scheduler", "nri-numa-extender", "virtual-nodes",
               "kube-controller-manager", "nri-numa", "containerd", "kube-apiserver", "etcd")
+
+# The users of the lab's control plane components (their kubeconfigs: <folder>/<component>.kubeconfig).
+COMPONENT_USERS = {"kube-controller-manager": "system:kube-controller-manager",
+                   "kube-scheduler": "system:kube-scheduler"}
+AGENT_SERVICE_ACCOUNT = "system:serviceaccount:kube-system:nri-numa"  # the apiserver audits it
+# The apiserver's names besides 127.0.0.1 and localhost: the in-cluster ones, as kubeadm's has.
+API_SERVER_NAMES = ("IP:10.0.0.1", "DNS:kubernetes", "DNS:kubernetes.default",
+                    "DNS:kubernetes.default.svc", "DNS:kubernetes.default.svc.cluster.local")
 
 Progress = Callable[[str], None]
 
@@ -140,6 +150,14 @@ def _established(kube: Kube, crd: str) -> bool:
     return any(c.get("type") == "Established" and c.get("status") == "True"
                # A CRD just created may say "conditions": null until the apiserver fills them.
                for c in (found.get("status") or {}).get("conditions") or [])
+
+
+def _exists(kube: Kube, path: str) -> bool:
+    try:
+        kube.get(path)
+    except ApiError:
+        return False
+    return True
 
 
 def free_port() -> int:
@@ -206,6 +224,10 @@ class Lab:
     def kubeconfig(self) -> Path:
         return self.folder / "kubeconfig"
 
+    def component_kubeconfig(self, component: str) -> Path:
+        """The kubeconfig of the kubelet, kube-scheduler or kube-controller-manager."""
+        return self.folder / f"{component}.kubeconfig"
+
     @property
     def env_file(self) -> Path:
         return self.folder / "env"
@@ -229,6 +251,10 @@ class Lab:
     @property
     def pod_resources_socket(self) -> Path:
         return self.kubelet_root / "pod-resources" / "kubelet.sock"
+
+    @property
+    def audit_log(self) -> Path:
+        return self.logs / "audit.log"
 
     @property
     def agent_log(self) -> Path:
@@ -256,16 +282,18 @@ class Lab:
     # --- up -------------------------------------------------------------------------------
 
     def up(self, binaries: K8sBinaries, containerd: ContainerdBinaries, busybox: Path,
-           progress: Progress = lambda line: None) -> float:
+           progress: Progress = lambda line: None, host_agent: bool = True) -> float:
         """Brings the whole node up and returns the seconds it took; tears down what it started
-        and raises when something fails (LabFailed) or on Ctrl-C."""
+        and raises when something fails (LabFailed) or on Ctrl-C. ``host_agent`` False: no
+        ``nri-numa run`` process; the caller runs the agent another way (its DaemonSet,
+        tests/e2e_k8s_install)."""
         began = time.monotonic()
         self._check_machine()
         self.folder.mkdir(parents=True, exist_ok=True)
         self.logs.mkdir(exist_ok=True)
         try:
             self._claim_machine()
-            self._bring_up(binaries, containerd, busybox, began, progress)
+            self._bring_up(binaries, containerd, busybox, began, progress, host_agent)
         except BaseException as exc:
             progress("bring-up failed: tearing down what was started")
             problems = self.down()
@@ -311,7 +339,7 @@ class Lab:
         self._save()
 
     def _bring_up(self, binaries: K8sBinaries, containerd: ContainerdBinaries, busybox: Path,
-                  began: float, progress: Progress) -> None:
+                  began: float, progress: Progress, host_agent: bool) -> None:
         def step(text: str) -> None:
             progress(f"[{time.monotonic() - began:5.1f}s] {text}")
 
@@ -331,15 +359,19 @@ class Lab:
                              "--listen-peer-urls", peer_url, "--initial-advertise-peer-urls", peer_url,
                              "--initial-cluster", f"lab={peer_url}"])
         pki = self.folder / "pki"
-        step("starting kube-apiserver (token auth, RBAC)")
+        step("starting kube-apiserver (client certificates and tokens; Node and RBAC authorization)")
         self._start("kube-apiserver", [
             str(binaries["kube-apiserver"]), f"--etcd-servers={etcd_url}", "--bind-address=127.0.0.1",
             f"--secure-port={self.recorded.ports['apiserver']}", "--insecure-port=0",
-            f"--cert-dir={pki / 'apiserver'}", f"--token-auth-file={pki / 'tokens.csv'}",
-            "--authorization-mode=RBAC", "--service-account-issuer=https://kubernetes.default.svc",
+            f"--tls-cert-file={pki / 'apiserver.crt'}", f"--tls-private-key-file={pki / 'apiserver.key'}",
+            f"--client-ca-file={pki / 'ca.crt'}", f"--token-auth-file={pki / 'tokens.csv'}",
+            "--authorization-mode=Node,RBAC", "--enable-admission-plugins=NodeRestriction",
+            "--service-account-issuer=https://kubernetes.default.svc",
             f"--service-account-key-file={pki / 'sa.pub'}",
             f"--service-account-signing-key-file={pki / 'sa.key'}",
-            "--service-cluster-ip-range=10.0.0.0/24", "--disable-admission-plugins=ServiceAccount",
+            "--service-cluster-ip-range=10.0.0.0/24",
+            # what nri-numa's ServiceAccount does, one line each (tests/e2e_k8s_install)
+            f"--audit-policy-file={pki / 'audit-policy.yaml'}", f"--audit-log-path={self.audit_log}",
             # kubectl logs/exec: the apiserver dials the kubelet by the node's name, localhost.
             "--kubelet-preferred-address-types=Hostname,InternalIP", "--profiling=false"])
         self._wait(kube.readyz, APISERVER_READY_S, "kube-apiserver to answer /readyz ok", "kube-apiserver")
@@ -349,10 +381,14 @@ class Lab:
         self._wait(lambda: _established(kube, NRT_CRD_NAME), 30.0,
                    "the NodeResourceTopology CRD to be Established", "kube-apiserver")
         self._start("kube-controller-manager", [
-            str(binaries["kube-controller-manager"]), f"--kubeconfig={self.kubeconfig}",
+            str(binaries["kube-controller-manager"]),
+            f"--kubeconfig={self.component_kubeconfig('kube-controller-manager')}",
             "--leader-elect=false", "--port=0", "--secure-port=0",
+            # each controller as its own ServiceAccount (the bootstrap system:controller:* roles)
+            "--use-service-account-credentials", f"--root-ca-file={pki / 'ca.crt'}",
             f"--service-account-private-key-file={pki / 'sa.key'}"])
-        self._start("kube-scheduler", [str(binaries["kube-scheduler"]), f"--kubeconfig={self.kubeconfig}",
+        self._start("kube-scheduler", [str(binaries["kube-scheduler"]),
+                                       f"--kubeconfig={self.component_kubeconfig('kube-scheduler')}",
                                        "--leader-elect=false", "--port=0", "--secure-port=0"])
 
         step(f"starting containerd {containerd.version} (NRI on, CNI bridge {BRIDGE} {POD_SUBNET})")
@@ -360,33 +396,62 @@ class Lab:
         image = build_image(busybox, self.folder)
         import_image(containerd.ctr, str(self.containerd_socket), image)
         (self.folder / image.tarball.name).unlink()
-        step(f"image {image.ref} imported; starting nri-numa run")
-        self._start_agent()
-        self._wait(self._agent_connected, 30.0, "containerd to connect nri-numa", "nri-numa")
-
-        step("nri-numa connected; starting the kubelet")
+        if host_agent:
+            step(f"image {image.ref} imported; starting nri-numa run")
+            self._start_agent()
+            self._wait(self._agent_connected, 30.0, "containerd to connect nri-numa", "nri-numa")
+            step("nri-numa connected; starting the kubelet")
+        else:
+            step(f"image {image.ref} imported; starting the kubelet")
         self._start_kubelet(binaries)
         self._wait(lambda: kube.node_schedulable(NODE_NAME), NODE_READY_S,
                    f"node {NODE_NAME} to be Ready and untainted", "kubelet")
+        # The ServiceAccount admission plugin admits a namespace's pods once its default
+        # ServiceAccount is there (made by kube-controller-manager).
+        self._wait(lambda: _exists(kube, "/api/v1/namespaces/default/serviceaccounts/default"), 60.0,
+                   "the default namespace's ServiceAccount", "kube-controller-manager")
         self._write_env(binaries)
         step(f"node {NODE_NAME} Ready")
 
     def _write_credentials(self) -> None:
+        """Each component its own identity, as on a real control plane: the apiserver serves a
+        certificate of the lab's CA (which the pods' service account tokens carry as ca.crt);
+        the kubelet is system:node:localhost of group system:nodes by a client certificate of
+        that CA (the Node authorizer's subject); kube-controller-manager and kube-scheduler are
+        system:kube-controller-manager and system:kube-scheduler by token (the bootstrap RBAC
+        roles of those names); the tests and `kubectl` are the lab's admin (system:masters)."""
         pki = self.folder / "pki"
         pki.mkdir(exist_ok=True)
-        (pki / "tokens.csv").write_text(f"{self.recorded.token},admin,admin,system:masters\n")
+        ca = make_ca(pki, "ca")
+        make_signed(pki, "apiserver", ca, server=True, extra_names=API_SERVER_NAMES)
+        make_signed(pki, "kubelet-client", ca, server=False,
+                    subject=f"/O=system:nodes/CN=system:node:{NODE_NAME}")
+        tokens = {user: secrets.token_hex(16) for user in COMPONENT_USERS.values()}
+        (pki / "tokens.csv").write_text(
+            f"{self.recorded.token},admin,admin,system:masters\n"
+            + "".join(f"{token},{user},{user}\n" for user, token in tokens.items()))
+        (pki / "audit-policy.yaml").write_text(json.dumps({
+            "apiVersion": "audit.k8s.io/v1", "kind": "Policy", "omitStages": ["RequestReceived"],
+            "rules": [{"level": "Metadata", "users": [AGENT_SERVICE_ACCOUNT]}, {"level": "None"}]}))
         for argv in (["openssl", "genrsa", "-out", str(pki / "sa.key"), "2048"],
                      ["openssl", "rsa", "-in", str(pki / "sa.key"), "-pubout", "-out", str(pki / "sa.pub")]):
             subprocess.run(argv, capture_output=True, check=True)
-        self.kubeconfig.write_text(
-            "# The lab's admin (system:masters). The apiserver's certificate is self-signed.\n"
-            "apiVersion: v1\nkind: Config\n"
+        self._write_kubeconfig(self.kubeconfig, "admin (system:masters)", f"token: {self.recorded.token}")
+        for component, user in COMPONENT_USERS.items():
+            self._write_kubeconfig(self.component_kubeconfig(component), user, f"token: {tokens[user]}")
+        self._write_kubeconfig(self.component_kubeconfig("kubelet"), f"system:node:{NODE_NAME}",
+                               f"client-certificate: {pki / 'kubelet-client.crt'}\n"
+                               f"    client-key: {pki / 'kubelet-client.key'}")
+
+    def _write_kubeconfig(self, path: Path, who: str, credentials: str) -> None:
+        path.write_text(
+            f"# The lab's {who}.\napiVersion: v1\nkind: Config\n"
             f"clusters:\n- name: nri-numa-lab\n  cluster:\n    server: {self.server}\n"
-            "    insecure-skip-tls-verify: true\n"
-            f"users:\n- name: admin\n  user:\n    token: {self.recorded.token}\n"
-            "contexts:\n- name: nri-numa-lab\n  context:\n    cluster: nri-numa-lab\n    user: admin\n"
+            f"    certificate-authority: {self.folder / 'pki' / 'ca.crt'}\n"
+            f"users:\n- name: user\n  user:\n    {credentials}\n"
+            "contexts:\n- name: nri-numa-lab\n  context:\n    cluster: nri-numa-lab\n    user: user\n"
             "    namespace: default\ncurrent-context: nri-numa-lab\n")
-        self.kubeconfig.chmod(0o600)
+        path.chmod(0o600)
 
     def stop(self, name: str, sig: int = signal.SIGTERM, timeout_s: float = 30.0) -> None:
         """Stop one of the lab's processes (a test's outage); ``restart`` starts it again."""
@@ -523,7 +588,8 @@ class Lab:
             "nodeStatusUpdateFrequency": "4s",
         }, indent=1))
         self._start("kubelet", [
-            str(binaries["kubelet"]), f"--config={config}", f"--kubeconfig={self.kubeconfig}",
+            str(binaries["kubelet"]), f"--config={config}",
+            f"--kubeconfig={self.component_kubeconfig('kubelet')}",
             "--container-runtime=remote", f"--container-runtime-endpoint=unix://{self.containerd_socket}",
             f"--root-dir={self.kubelet_root}", f"--cert-dir={self.folder / 'pki' / 'kubelet'}",
             f"--hostname-override={NODE_NAME}", f"--containerd={self.containerd_socket}", "--v=1"])

@@ -172,3 +172,20 @@ def test_the_packaging_readme_lists_every_file():
                if p.is_file() and p.name != "README.md"]
     for name in shipped:
         assert f"`{name}`" in readme, name
+
+
+def test_the_kustomization_installs_the_crd_and_the_daemonset_of_the_built_image():
+    """`kubectl apply -k packaging/kubernetes` (applied for real: tests/e2e_k8s_install): the CRD
+    and the agent's manifest, not the extender's (it needs its Secret first) nor the
+    KubeSchedulerConfiguration (a file for kube-scheduler, no API object); the manifests name
+    the image scripts/image builds."""
+    import nri_numa
+
+    folder = PACKAGING / "kubernetes"
+    kustomization = yaml.safe_load((folder / "kustomization.yaml").read_text())
+    assert kustomization["resources"] == ["noderesourcetopology-crd.yaml", "nri-numa.yaml"]
+    image = f"localhost/nri-numa:{nri_numa.__version__}"
+    assert the_container()["image"] == image
+    extender = [d for d in yaml.safe_load_all((folder / "scheduler-extender.yaml").read_text())
+                if d["kind"] == "Deployment"]
+    assert [c["image"] for c in extender[0]["spec"]["template"]["spec"]["containers"]] == [image]
