@@ -54,6 +54,15 @@ class Kube:
     def get(self, path: str) -> Json:
         return self.request("GET", path)
 
+    def get_if_present(self, path: str) -> Json | None:
+        """The object at ``path``; None when the API server has none there (404)."""
+        try:
+            return self.get(path)
+        except ApiError as e:
+            if e.status == 404:
+                return None
+            raise
+
     def readyz(self) -> bool:
         try:
             return self.request("GET", "/readyz", timeout_s=2.0).get("text") == "ok"

@@ -19,7 +19,7 @@ from nri_numa.topology import discover
 from tests.e2e.harness.cgroups import CgroupLayout, remove_cgroups
 from tests.e2e.harness.cri import Pod, Resources
 from tests.e2e.harness.image import IMAGE_REF
-from tests.e2e_k8s.kube import ApiError, Json, Kube, wait_for
+from tests.e2e_k8s.kube import Json, Kube, wait_for
 from tests.e2e_k8s.lab import NODE_NAME, NRT_RESYNC_S, Lab
 from tests.e2e_k8s.pods import delete_and_wait_gone, pod_manifest, wait_running
 
@@ -29,12 +29,7 @@ FOLLOW_S = 1.0  # the issue's bound from a placement or release to the object sh
 
 
 def nrt(kube: Kube) -> Json | None:
-    try:
-        return kube.get(NRT_PATH)
-    except ApiError as e:
-        if e.status == 404:
-            return None
-        raise
+    return kube.get_if_present(NRT_PATH)
 
 
 def agent_log_time(lab: Lab, text: str) -> float:

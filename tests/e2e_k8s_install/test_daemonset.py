@@ -17,7 +17,7 @@ from kubernetes.utils import parse_quantity
 from tests.e2e.harness.cgroups import CgroupLayout
 from tests.e2e_k8s.daemonset import (DAEMONSET, IMAGE, NAME, NAMESPACE, PACKAGE, agent_log,
                                      agent_pods, running_agent, wait_agent_connected)
-from tests.e2e_k8s.kube import ApiError, Json, Kube, wait_for
+from tests.e2e_k8s.kube import Json, Kube, wait_for
 from tests.e2e_k8s.lab import AGENT_SERVICE_ACCOUNT, NODE_NAME, Lab
 from tests.e2e_k8s.pods import container_cpus, delete_and_wait_gone, pod_manifest, wait_running
 
@@ -29,12 +29,7 @@ ACTED_S = 5.0  # from the refusal to nri-numa's Event and annotation, the object
 
 
 def nrt(kube: Kube) -> Json | None:
-    try:
-        return kube.get(NRT_PATH)
-    except ApiError as e:
-        if e.status == 404:
-            return None
-        raise
+    return kube.get_if_present(NRT_PATH)
 
 
 def test_the_agent_runs_in_its_pod_and_places_the_nodes_pods(lab: Lab, kube: Kube,

@@ -21,7 +21,7 @@ from nri_numa.cluster.nrt import available_cpus
 from tests.e2e.harness.cgroups import CgroupLayout
 from tests.e2e.cri import api_pb2 as cri
 from tests.e2e_k8s.daemonset import NAME, NAMESPACE, agent_pods, running_agent
-from tests.e2e_k8s.kube import ApiError, Json, Kube, wait_for
+from tests.e2e_k8s.kube import Json, Kube, wait_for
 from tests.e2e_k8s.lab import NODE_NAME, Lab
 from tests.e2e_k8s.pods import container_cpus, pod_manifest, wait_running
 from tests.e2e_k8s_install.conftest import IMAGE_B
@@ -38,6 +38,10 @@ EVENT = re.compile(r'time="([^"]+)".*(connection to plugin \\"90-nri-numa\\" clo
                    r'|plugin \\"90-nri-numa\\" connected)')
 
 
+def nrt(kube: Kube) -> Json | None:
+    return kube.get_if_present(NRT_PATH)
+
+
 def containerd_times(lab: Lab, after: float) -> list[tuple[float, str]]:
     """(UNIX time, "closed" | "connected") of nri-numa's NRI connections after ``after``."""
     found = []
@@ -47,15 +51,6 @@ def containerd_times(lab: Lab, after: float) -> list[tuple[float, str]]:
             if stamp >= after:
                 found.append((stamp, "closed" if "closed" in match[2] else "connected"))
     return found
-
-
-def nrt(kube: Kube) -> Json | None:
-    try:
-        return kube.get(NRT_PATH)
-    except ApiError as e:
-        if e.status == 404:
-            return None
-        raise
 
 
 def running_containers(lab: Lab) -> dict[str, tuple[str, float]]:
