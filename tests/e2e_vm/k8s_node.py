@@ -17,6 +17,7 @@ In the guest (tests/e2e_vm/guest_node.py): containerd 1.7.24 with runc's systemd
 
 from __future__ import annotations
 
+import base64
 import json
 import secrets
 import subprocess
@@ -61,7 +62,8 @@ class ControlPlane(Lab):
         self._start("kube-apiserver", [
             str(binaries["kube-apiserver"]), f"--etcd-servers={etcd_url}", "--bind-address=127.0.0.1",
             f"--secure-port={self.recorded.ports['apiserver']}", "--insecure-port=0",
-            f"--cert-dir={pki / 'apiserver'}", f"--token-auth-file={pki / 'tokens.csv'}",
+            f"--tls-cert-file={pki / 'apiserver.crt'}", f"--tls-private-key-file={pki / 'apiserver.key'}",
+            f"--token-auth-file={pki / 'tokens.csv'}",
             "--authorization-mode=RBAC", "--service-account-issuer=https://kubernetes.default.svc",
             f"--service-account-key-file={pki / 'sa.pub'}",
             f"--service-account-signing-key-file={pki / 'sa.key'}",
@@ -89,8 +91,12 @@ class ControlPlane(Lab):
         return figures
 
     def guest_kubeconfig(self) -> str:
-        """The admin kubeconfig with the apiserver as the guest reaches it."""
-        text = self.kubeconfig.read_text()
+        """The admin kubeconfig with the apiserver as the guest reaches it, and the lab's CA in
+        it (its file is the host's)."""
+        ca = self.folder / "pki" / "ca.crt"
+        text = self.kubeconfig.read_text().replace(
+            f"certificate-authority: {ca}",
+            f"certificate-authority-data: {base64.b64encode(ca.read_bytes()).decode()}")
         return text.replace(self.server, f"https://127.0.0.1:{GUEST_APISERVER_PORT}")
 
     def start_tunnel(self, vm: VmDir) -> None:
