@@ -153,6 +153,28 @@ def wait_published(kube: Kube, node: str, uids: set[str]) -> NodeState:
         poll_s=0.2, describe=lambda: str(sorted(published(kube, node).allocations.pods)))
 
 
+def assert_no_virtual_node_over_committed(kube: Kube, bound: list[Json]) -> dict[str, list[Json]]:
+    """Each virtual node's engine admits its whole bound set, each pod on the NUMA nodes the
+    extender chose for it; the bound pods by node."""
+    by_node: dict[str, list[Json]] = {node: [] for node in VIRTUAL_NODES}
+    for obj in bound:
+        by_node[obj["spec"]["nodeName"]].append(obj)  # a KeyError: a pod off the virtual nodes
+    for node, objs in by_node.items():
+        state = wait_published(kube, node, {o["metadata"]["uid"] for o in objs})
+        # Replayed from an empty node in the order the node's ledger took them.
+        ctx = EngineContext.build(state.topology, state.config)
+        replay, by_uid = ctx.empty_allocations(), {o["metadata"]["uid"]: o for o in objs}
+        for uid in state.allocations.pods:
+            # As the node admitted it: inside the NUMA nodes the extender chose, while they fit.
+            request, _ = with_scheduled_numa(pod_from_manifest(by_uid[uid]),
+                                             (n.id for n in state.topology.numa_nodes))
+            result = admit(ctx, replay, request)
+            assert result.decision.admitted, f"{node} over-committed: {result.decision.rejection}"
+            replay = result.allocations
+            assert ledger_numa_nodes(state, uid) == chosen(by_uid[uid])
+    return by_node
+
+
 # --- (a) pods land only where the engine admits them ----------------------------------------------
 
 
@@ -225,24 +247,7 @@ def test_a_burst_of_50_pods_over_commits_no_node(extender_lab: ExtenderLab, kube
     bound = {n: p for n, p in pods.items() if p["spec"].get("nodeName")}
     pending = {n: unschedulable(p) for n, p in pods.items() if not p["spec"].get("nodeName")}
 
-    by_node: dict[str, list[Json]] = {node: [] for node in VIRTUAL_NODES}
-    for obj in bound.values():
-        by_node[obj["spec"]["nodeName"]].append(obj)  # a KeyError: a pod off the virtual nodes
-    for node, objs in by_node.items():
-        state = wait_published(kube, node, {o["metadata"]["uid"] for o in objs})
-        # The node's engine admits its whole bound set: replayed from an empty node in the
-        # order the node's ledger took them.
-        ctx = EngineContext.build(state.topology, state.config)
-        replay, by_uid = ctx.empty_allocations(), {o["metadata"]["uid"]: o for o in objs}
-        for uid in state.allocations.pods:
-            # As the node admitted it: inside the NUMA nodes the extender chose, while they fit.
-            request, _ = with_scheduled_numa(pod_from_manifest(by_uid[uid]),
-                                             (n.id for n in state.topology.numa_nodes))
-            result = admit(ctx, replay, request)
-            assert result.decision.admitted, f"{node} over-committed: {result.decision.rejection}"
-            replay = result.allocations
-            # ... and each pod sits on the NUMA nodes the extender chose for it.
-            assert ledger_numa_nodes(state, uid) == chosen(by_uid[uid])
+    by_node = assert_no_virtual_node_over_committed(kube, list(bound.values()))
     for name, message in pending.items():
         assert message, f"{name} is pending without a reason"
     by_extender = [n for n, m in pending.items() if "nri-numa:" in m]

@@ -3,14 +3,14 @@
 docs/scheduler-extender.md says, and the lab's kube-scheduler started with the packaged
 KubeSchedulerConfiguration (tests/e2e_k8s/extender_lab.py: its URL, and the lab's kubeconfig and
 certificate files). The extender tier's core checks (tests/e2e_k8s/test_scheduler_extender.py)
-pass through it. (A restart of the Deployment is not tried: its new pod would be scheduled
-through the extender it replaces, which answers no one meanwhile; docs/scheduler-extender.md,
-"Restarts".)
+pass through it, and a restart of the Deployment loses nothing: its pod names its node, so
+kube-scheduler, which would ask the extender being replaced, never has to place it.
 
-The overlay changes what the lab cannot have as a cluster has it: the lab's kube-scheduler runs
-on the host and reaches no pod network (the CNI bridge has no host address), and the API server
-listens on 127.0.0.1 only: the extender's pod shares the host's network, listens on 127.0.0.1
-at a free port, and is told the API server's address."""
+The overlay sets what a user sets (the node the extender runs on, the lab's only real node) and
+changes what the lab cannot have as a cluster has it: the lab's kube-scheduler runs on the host
+and reaches no pod network (the CNI bridge has no host address), and the API server listens on
+127.0.0.1 only: the extender's pod shares the host's network, listens on 127.0.0.1 at a free
+port, and is told the API server's address."""
 
 from __future__ import annotations
 
@@ -24,12 +24,14 @@ import yaml
 
 from tests.e2e_k8s.daemonset import PACKAGE
 from tests.e2e_k8s.extender_lab import ExtenderLab, _answers
-from tests.e2e_k8s.kube import Kube, wait_for
-from tests.e2e_k8s.lab import Lab, LabFailed
+from tests.e2e_k8s.kube import Json, Kube, wait_for
+from tests.e2e_k8s.lab import NODE_NAME, Lab, LabFailed
 from tests.e2e_k8s.pods import SUMMARY
 from tests.e2e_k8s.test_scheduler_extender import (  # noqa: F401 (run here, through the Deployment)
+    assert_no_virtual_node_over_committed, pod,
     test_a_pod_that_fits_nowhere_stays_pending_with_each_nodes_reason,
-    test_pods_land_where_the_engine_admits_them_on_the_numa_nodes_it_chose)
+    test_pods_land_where_the_engine_admits_them_on_the_numa_nodes_it_chose, unschedulable,
+    wait_decided)
 
 pytestmark = pytest.mark.k8s
 NAME = "nri-numa-scheduler-extender"
@@ -74,7 +76,7 @@ class DeployedExtender(ExtenderLab):
         (folder / "lab.yaml").write_text(yaml.safe_dump({
             "apiVersion": "apps/v1", "kind": "Deployment",
             "metadata": {"name": NAME, "namespace": NAMESPACE},
-            "spec": {"template": {"spec": {"hostNetwork": True, "containers": [{
+            "spec": {"template": {"spec": {"nodeName": NODE_NAME, "hostNetwork": True, "containers": [{
                 "name": "extender", "env": [
                     {"name": "KUBERNETES_SERVICE_HOST", "value": "127.0.0.1"},
                     {"name": "KUBERNETES_SERVICE_PORT",
@@ -104,3 +106,50 @@ def extender_lab(lab: Lab, kube: Kube) -> Iterator[ExtenderLab]:
     finally:
         problems = made.down()
         assert not problems, f"putting the plain lab back left: {problems}"
+
+
+def extender_pod(kube: Kube) -> Json | None:
+    """The Deployment's running pod; None while there is none. (Running, not Ready: on the lab
+    it listens on 127.0.0.1, where the kubelet's TCP probe of the node's address finds nothing;
+    whether it serves is asked of it directly.)"""
+    for obj in kube.get(f"/api/v1/namespaces/{NAMESPACE}/pods?labelSelector="
+                        f"app.kubernetes.io%2Fname%3D{NAME}")["items"]:
+        if not obj["metadata"].get("deletionTimestamp") and obj["status"].get("phase") == "Running":
+            return obj
+    return None
+
+
+def test_a_restart_of_the_deployment_places_its_pod_and_over_commits_no_node(
+        extender_lab: ExtenderLab, kube: Kube) -> None:
+    # 100 exclusive CPUs fit one NUMA node of a dgx-h100 only, and the two have four: of six
+    # such pods, two bound before the restart and four asked after it, four fit. A new extender
+    # that lost the first two would bind more.
+    before = [pod(f"before-{i}", cpu="100", memory="1Gi") for i in range(2)]
+    kube.apply(before)
+    assert all(p["spec"].get("nodeName") for p in wait_decided(kube, names(before)).values())
+    old = extender_pod(kube)
+    assert old is not None
+    began = time.monotonic()
+    kube.kubectl("-n", NAMESPACE, "rollout", "restart", f"deployment/{NAME}")
+    new = wait_for(lambda: (p := extender_pod(kube)) and p["metadata"]["uid"] != old["metadata"]["uid"]
+                   and p, READY_S, "the restarted extender's pod to run", poll_s=0.5)
+    scheduler = extender_lab.client_context(extender_lab.certificates.scheduler)
+    wait_for(lambda: _answers(f"{extender_lab.url}/healthz", scheduler), READY_S,
+             "the restarted extender to serve", poll_s=0.5)
+    took = time.monotonic() - began
+    assert new["spec"]["nodeName"] == NODE_NAME
+    after = [pod(f"after-{i}", cpu="100", memory="1Gi") for i in range(4)]
+    kube.apply(after)
+    pods = wait_decided(kube, names(before + after))
+    bound = [p for p in pods.values() if p["spec"].get("nodeName")]
+    assert_no_virtual_node_over_committed(kube, bound)
+    assert len(bound) == 4, {n: unschedulable(p) for n, p in pods.items()}
+    pending = [unschedulable(p) for p in pods.values() if not p["spec"].get("nodeName")]
+    assert all("nri-numa:" in message for message in pending), pending
+    SUMMARY.append(f"scheduler extender Deployment restarted in {took:.1f} s; of 6 pods of 100 "
+                   f"CPUs, 2 bound before and {len(bound) - 2} after, {len(pending)} pending")
+    print(SUMMARY[-1])
+
+
+def names(manifests: list[Json]) -> list[str]:
+    return [m["metadata"]["name"] for m in manifests]

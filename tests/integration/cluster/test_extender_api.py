@@ -229,14 +229,23 @@ def test_the_packaged_cluster_role_holds_exactly_what_the_extender_uses(api, cap
 def test_the_packaged_extender_manifests_are_accepted_by_a_real_api_server(api):
     """Every object of packaging/kubernetes/scheduler-extender.yaml (the NetworkPolicy, the
     Deployment's security context and TLS volume, the Service) passes the API server's own
-    validation, server side."""
+    validation, server side, once the Deployment names its node; before, the API server refuses
+    it and names the field."""
     import yaml
 
     _, kube = api
     documents = list(yaml.safe_load_all(MANIFESTS.read_text()))
-    out = kube.kubectl("apply", "--dry-run=server", "-f", "-", stdin=json.dumps(
-        {"apiVersion": "v1", "kind": "List", "items": documents}))
     kinds = {d["kind"] for d in documents}
     assert kinds == {"ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Deployment",
                      "Service", "NetworkPolicy"}
+
+    def dry_run() -> str:
+        return kube.kubectl("apply", "--dry-run=server", "-f", "-", stdin=json.dumps(
+            {"apiVersion": "v1", "kind": "List", "items": documents}))
+
+    with pytest.raises(RuntimeError, match=r"spec\.template\.spec\.nodeName: Invalid value"):
+        dry_run()
+    [deployment] = [d for d in documents if d["kind"] == "Deployment"]
+    deployment["spec"]["template"]["spec"]["nodeName"] = "control-plane-0"
+    out = dry_run()
     assert out.count("(server dry run)") == len(documents), out
