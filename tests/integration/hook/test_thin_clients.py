@@ -19,8 +19,8 @@ from nri_numa.hook.client import SOCKET_ENV, SOCKET_NAME
 from nri_numa.hook.entry import LOG_NAME
 from nri_numa.state.checkpoint import CheckpointStore, machine_fingerprint
 from tests.integration.hook.fake_host import oci_state
-from tests.integration.hook.test_hook_daemon import (create, daemon_setup, exclusive_cpus,
-                                                     start_daemon)
+from tests.integration.hook.test_hook_daemon import (  # noqa: F401 (daemon: a fixture)
+    create, daemon, daemon_setup, exclusive_cpus)
 from tests.integration.hook.test_hook_daemon_start import daemon_pids, stop_daemons, wait_for_log
 from tests.integration.hook.test_hook_processes import TOPOLOGY
 
@@ -42,16 +42,6 @@ def setup(tmp_path):
     host, state, served, args = daemon_setup(tmp_path)
     yield host, state, served, args
     stop_daemons(state)  # one a test had started by --start-daemon
-
-
-@pytest.fixture
-def daemon(setup):
-    _, state, served, _ = setup
-    process = start_daemon(served, state)
-    yield process
-    if process.poll() is None:
-        process.kill()
-    process.communicate(timeout=10)
 
 
 def run(command: list[str], args: list, stdin: bytes | None, state: Path,
