@@ -6,7 +6,6 @@ reason, and fail instead under NRI_NUMA_E2E_REQUIRED=1, as the other e2e tests d
 from __future__ import annotations
 
 import os
-import shutil
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -42,7 +41,7 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
     try:
         took = made.up(binaries, runtimes.containerd[CONTAINERD_VERSION], runtimes.busybox, progress.append)
     except (LabUnavailable, LabFailed) as exc:
-        _keep_logs(made, tmp_path_factory)
+        made.keep_logs(tmp_path_factory.mktemp("k8s-lab-logs"))
         pytest.skip(f"the Kubernetes lab did not come up: {exc}\nbring-up: " + "\n".join(progress))
     SUMMARY.append(f"k8s lab up in {took:.1f} s (Kubernetes {binaries.debian_version}, "
                    f"containerd {CONTAINERD_VERSION}): " + "; ".join(p.split("] ", 1)[-1] for p in progress[-1:]))
@@ -50,17 +49,9 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
         yield made
     finally:
         problems = made.down()
-        kept = _keep_logs(made, tmp_path_factory)
+        kept = made.keep_logs(tmp_path_factory.mktemp("k8s-lab-logs"))
         SUMMARY.append(f"k8s lab logs: {kept}")
         assert not problems, f"the lab's tear-down left: {problems}"
-
-
-def _keep_logs(made: Lab, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    kept = tmp_path_factory.mktemp("k8s-lab-logs")
-    if made.logs.is_dir():
-        shutil.copytree(made.logs, kept, dirs_exist_ok=True)
-    shutil.rmtree(made.folder, ignore_errors=True)
-    return kept
 
 
 @pytest.fixture(scope="package")

@@ -271,6 +271,13 @@ class Lab:
     def cri(self) -> CriClient:
         return CriClient(str(self.containerd_socket))
 
+    def keep_logs(self, kept: Path) -> Path:
+        """The logs copied into ``kept``, then the lab's folder removed (after `down`)."""
+        if self.logs.is_dir():
+            shutil.copytree(self.logs, kept, dirs_exist_ok=True)
+        shutil.rmtree(self.folder, ignore_errors=True)
+        return kept
+
     def log_tail(self, name: str, lines: int = 30) -> str:
         log = self.logs / f"{name}.log"
         text = log.read_text(errors="replace").splitlines() if log.is_file() else ["(no log)"]

@@ -82,7 +82,7 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
         install(made, made.kube(binaries), folder / "overlay")
     except (LabUnavailable, LabFailed) as exc:
         made.down()
-        _keep_logs(made, tmp_path_factory)
+        made.keep_logs(tmp_path_factory.mktemp("k8s-lab-logs"))
         pytest.skip(f"the Kubernetes lab with nri-numa's DaemonSet did not come up: {exc}\n"
                     "bring-up: " + "\n".join(progress))
     SUMMARY.append(f"k8s lab (DaemonSet) up in {took:.1f} s, the images imported and the "
@@ -91,17 +91,9 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
         yield made
     finally:
         problems = made.down()
-        kept = _keep_logs(made, tmp_path_factory)
+        kept = made.keep_logs(tmp_path_factory.mktemp("k8s-lab-logs"))
         SUMMARY.append(f"k8s lab logs: {kept}")
         assert not problems, f"the lab's tear-down left: {problems}"
-
-
-def _keep_logs(made: Lab, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    kept = tmp_path_factory.mktemp("k8s-lab-logs")
-    if made.logs.is_dir():
-        shutil.copytree(made.logs, kept, dirs_exist_ok=True)
-    shutil.rmtree(made.folder, ignore_errors=True)
-    return kept
 
 
 @pytest.fixture(scope="package")

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
 import sys
 import time
 import traceback
@@ -25,16 +24,13 @@ from pathlib import Path
 from tests.e2e.harness.containerd import ContainerdDaemon, _unmount_under, to_toml
 from tests.e2e.harness.image import build_image, import_image
 from tests.e2e.harness.runtimes import find_runtimes
+from tests.e2e_vm.guest_systemd import sh, wait_until
 
 BASE = Path("/var/lib/nri-numa-node")  # everything of the node; removed by `down`
 CONTAINERD_VERSION = "1.7.24"  # kubelet 1.20 speaks CRI v1alpha2, which containerd 2.x dropped
 UNITS = ("nri-numa-node-kubelet", "nri-numa-node-agent", "nri-numa-node-containerd")  # stop order
 AGENT = "/usr/local/bin/nri-numa"
 KUBELET_READY_S = 240.0
-
-
-def sh(*argv: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False)
 
 
 def run_unit(name: str, argv: list[str], *properties: str) -> None:
@@ -48,15 +44,6 @@ def journal(unit: str, lines: int = 40) -> str:
     invocation = sh("systemctl", "show", "-p", "InvocationID", "--value", unit).stdout.strip()
     which = [f"_SYSTEMD_INVOCATION_ID={invocation}"] if invocation else ["-u", unit]
     return sh("journalctl", *which, "-o", "cat", "--no-pager", "-n", str(lines)).stdout
-
-
-def wait(check, what: str, timeout_s: float) -> float:  # noqa: ANN001
-    began = time.monotonic()
-    while not check():
-        if time.monotonic() - began > timeout_s:
-            raise TimeoutError(f"waited {timeout_s:g} s for {what}")
-        time.sleep(0.2)
-    return round(time.monotonic() - began, 2)
 
 
 def daemon(runtimes, image_ref: str) -> ContainerdDaemon:  # noqa: ANN001
@@ -93,7 +80,7 @@ def up(plan: dict) -> dict:
                         "--pod-resources-socket", str(kubelet_root / "pod-resources" / "kubelet.sock"),
                         "--metrics-address", "off", "--kubeconfig", str(kubeconfig),
                         "--node-name", plan["node"], "--nrt-resync-period", "5"])
-    answer["agent_connect_s"] = wait(lambda: "synchronized:" in journal(UNITS[1]),
+    answer["agent_connect_s"] = wait_until(lambda: "synchronized:" in journal(UNITS[1]),
                                      "nri-numa to connect to containerd", 120)
     answer["agent_s"] = round(time.monotonic() - began, 2)
 
