@@ -38,11 +38,18 @@ MAX_BYTES = {"config": 1 << 20, "pods": 8 << 20, "topology": 64 << 20,
 
 
 def read_topology_file(path: Path) -> Topology:
-    """A topology captured with ``nri-numa topology --json``."""
+    """A topology captured with ``nri-numa topology --json``, one the engine can place on: every
+    online CPU names its core and socket."""
     try:
-        return Topology.from_json(read_text(path, "topology"))
+        topology = Topology.from_json(read_text(path, "topology"))
     except TopologyFormatError as e:
         raise InputFileError(f"{path}: {e}") from None
+    for cpu in topology.cpus:
+        missing = [what for what, value in (("core", cpu.core), ("socket", cpu.socket))
+                   if value is None]
+        if cpu.online and missing:
+            raise InputFileError(f"{path}: cpu {cpu.id} is online but has no {missing[0]}")
+    return topology
 
 
 SETTINGS_KEY = "nriNuma"  # nri_numa.agent.settings.SECTION, named here to keep this module light

@@ -101,7 +101,6 @@ def _reserved_cpus(args: argparse.Namespace, checkpoint: Checkpoint,
     from nri_numa.agent.inputs import InputFileError, read_config_file, read_topology_file
     from nri_numa.engine.config import ConfigError
     from nri_numa.engine.context import EngineContext
-    from nri_numa.engine.cpu.topology import CPUTopologyError
     from nri_numa.state.checkpoint import FILE_NAME, machine_fingerprint
     from nri_numa.topology import discover
     from nri_numa.views.state_view import check_machine
@@ -113,5 +112,3 @@ def _reserved_cpus(args: argparse.Namespace, checkpoint: Checkpoint,
         return EngineContext.build(topology, config).reserved_cpus
     except (InputFileError, ConfigError) as e:
         raise CliError(str(e)) from None
-    except CPUTopologyError as e:  # a topology file's CPU without a core or a socket
-        raise CliError(f"the machine's topology cannot be used: {e}") from None

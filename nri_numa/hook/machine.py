@@ -21,7 +21,6 @@ from pathlib import Path
 from nri_numa.agent.inputs import InputFileError, read_config_file, read_topology_file
 from nri_numa.engine.config import ConfigError, EngineConfig
 from nri_numa.engine.context import EngineContext
-from nri_numa.engine.cpu.topology import CPUTopologyError
 from nri_numa.safeio.bounded_json import JsonShapeError, check_shape
 from nri_numa.safeio.safe_files import (CREATE_NEW, UnusableFile, open_file, open_folder,
                                        read_regular)
@@ -56,8 +55,6 @@ def load_machine(state_dir: Path, config_file: Path | None, topology_file: Path 
         ctx = EngineContext.build(topology, config)
     except ConfigError as e:
         raise MachineError(f"the configuration does not fit this machine: {_one_line(e)}") from None
-    except CPUTopologyError as e:  # a topology file's CPU without a core or a socket
-        raise MachineError(f"the machine's topology cannot be used: {_one_line(e)}") from None
     return Machine(topology, ctx, machine_fingerprint(topology))
 
 

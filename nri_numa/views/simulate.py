@@ -20,7 +20,6 @@ from nri_numa.agent.inputs import InputFileError, read_config_file, read_text, y
 from nri_numa.engine.allocations import Allocations
 from nri_numa.engine.config import ConfigError, EngineConfig
 from nri_numa.engine.context import EngineContext
-from nri_numa.engine.cpu.topology import CPUTopologyError
 from nri_numa.engine.decision import Decision
 from nri_numa.engine.manifest import pod_from_manifest
 from nri_numa.engine.request import PodRequest, QosClass, RequestError
@@ -60,8 +59,6 @@ def build_context(topology: Topology, config: EngineConfig, config_path: Path) -
     except ConfigError as e:
         raise InputError(f"{config_path}: does not fit this machine: "
                          f"{join_problems(e.problems)}") from None
-    except CPUTopologyError as e:  # a topology file's CPU without a core or a socket
-        raise InputError(f"the machine's topology cannot be used: {one_line(str(e))}") from None
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,3 +1,5 @@
+import json
+
 import pytest
 
 from nri_numa.agent.inputs import (InputFileError, NotYamlError, config_from_text, read_config_file,
@@ -42,4 +44,16 @@ def test_topology_files_round_trip_and_bad_ones_name_the_field(tmp_path):
         read_topology_file(path)
     path.write_bytes(b"\xff\xfe")
     with pytest.raises(InputFileError, match="not a text file"):
+        read_topology_file(path)
+
+
+@pytest.mark.parametrize("field", ["core", "socket"])
+def test_an_online_cpu_without_its_core_or_socket_is_refused_naming_it(tmp_path, field):
+    """The engine places on cores and sockets: such a file is refused here, in one line, for
+    every command that reads it (it was an internal error of the engine)."""
+    document = small_topology().to_dict()
+    document["cpus"][1][field] = None
+    path = tmp_path / "node.json"
+    path.write_text(json.dumps(document))
+    with pytest.raises(InputFileError, match=f"node.json: cpu 1 is online but has no {field}$"):
         read_topology_file(path)
