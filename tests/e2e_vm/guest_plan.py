@@ -9,9 +9,15 @@ from nri_numa.engine.cpu.topology import cpu_topology
 from tests.e2e_vm.layout import LAYOUT_NIC_RESOURCE, Layout, Node
 
 MEMORY_TOUCHED_MIB = 256
-# The container holds MEMORY_TOUCHED_MIB of anonymous memory: busybox dd reads that much of
-# /dev/zero into its one buffer, then blocks writing it into a pipe nobody reads.
-TOUCH_MEMORY = ["sh", "-c", f"dd if=/dev/zero bs={MEMORY_TOUCHED_MIB}M count=1 | sleep 86400"]
+# Beyond what a container touches, its memory limit leaves this much for the rest of it.
+MEMORY_HEADROOM_MIB = 64
+
+
+def touch_memory(mib: int) -> list[str]:
+    """A container command that holds ``mib`` of anonymous memory: busybox dd reads that much of
+    /dev/zero into its one buffer, then blocks writing it into a pipe nobody reads."""
+    return ["sh", "-c", f"dd if=/dev/zero bs={mib}M count=1 | sleep 86400"]
+
 HUGEPAGES_MIB = 16
 
 
@@ -71,7 +77,7 @@ def cores_left(layout: Layout) -> int:
 
 def memory_pods(layout: Layout) -> list[dict[str, object]]:
     return [{"name": "touches-memory", "cpu_m": threads(layout) * 1000,
-             "memory_mib": MEMORY_TOUCHED_MIB + 64, "command": TOUCH_MEMORY,
+             "memory_mib": MEMORY_TOUCHED_MIB + MEMORY_HEADROOM_MIB, "command": touch_memory(MEMORY_TOUCHED_MIB),
              "wait_anon_mib": MEMORY_TOUCHED_MIB}]
 
 
@@ -177,3 +183,10 @@ def plan(layout: Layout, containerd: str) -> dict[str, object]:
     if any(n.hugepages_2m * 2 >= HUGEPAGES_MIB for n in layout.nodes):
         scenarios.append({"name": "hugepages", "config": memory_config(layout), "pods": hugepage_pods(layout)})
     return {"containerd": containerd, "scenarios": scenarios}
+
+
+def memory_plan(layout: Layout, containerd: str) -> dict[str, object]:
+    """The memory scenarios alone: what a second guest, booted only for its memory-only node,
+    runs (conftest.py)."""
+    return {"containerd": containerd,
+            "scenarios": [{"name": "memory", "config": memory_config(layout), "pods": memory_pods(layout)}]}

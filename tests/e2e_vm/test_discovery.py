@@ -13,7 +13,7 @@ from tests.e2e_vm.conftest import Guest
 from tests.e2e_vm.layout import Layout
 from tests.integration.lstopo_xml import HwlocView, parse
 
-pytestmark = pytest.mark.vm
+pytestmark = [pytest.mark.vm, pytest.mark.memory_only_node]
 MiB = 1 << 20
 # Of a node's memory the kernel keeps some for itself (node 0 the most); the guest's own share.
 MEMORY_SEEN_LOW, MEMORY_SEEN_HIGH = 0.80, 1.0

@@ -106,6 +106,7 @@ def test_state_reads_the_scopes_back_without_drift(pods_run: dict) -> None:
             assert parse_list(seen["cgroup"]["cpus"]) == parse_list(got["cpus_effective_at_end"][name]), name
 
 
+@pytest.mark.memory_only_node
 def test_the_static_memory_manager_keeps_memory_on_the_chosen_node(pods_run: dict, vm_layout: Layout) -> None:
     placed = pod(scenario(pods_run, "memory"), "touches-memory")
     (node,) = nodes_of(vm_layout, parse_list(placed["cpus_effective"]))
