@@ -81,6 +81,31 @@ def memory_pods(layout: Layout) -> list[dict[str, object]]:
              "wait_anon_mib": MEMORY_TOUCHED_MIB}]
 
 
+def memory_only_nodes(layout: Layout) -> list[Node]:
+    return [n for n in layout.nodes if not n.cpus]
+
+
+def wider_than_a_node_mib(layout: Layout) -> int:
+    """What the wide-memory pod touches: more than any node with CPUs has, so its CPUs' node
+    alone cannot hold it."""
+    return max(n.memory_mib for n in cpu_nodes(layout)) + MEMORY_HEADROOM_MIB
+
+
+def wide_memory_pods(layout: Layout) -> list[dict[str, object]]:
+    """One core and more memory than any node with CPUs has. nri-numa's Memory Manager gives
+    memory-only nodes no allocatable memory (docs/devices.md), so its memory hints are the groups
+    of nodes with CPUs that hold it; best-effort admits the CPU hint of one node inside such a
+    group (restricted would refuse: the providers' masks differ) and the Memory Manager extends
+    it to the group."""
+    wide = wider_than_a_node_mib(layout)
+    return [{"name": "wide-memory", "cpu_m": threads(layout) * 1000, "memory_mib": wide + MEMORY_HEADROOM_MIB,
+             "command": touch_memory(wide), "wait_anon_mib": wide}]
+
+
+def wide_memory_config(layout: Layout) -> dict[str, object]:
+    return {**memory_config(layout), "topologyManagerPolicy": "best-effort"}
+
+
 # The container maps HUGEPAGES_MIB of anonymous 2 MiB pages (MAP_HUGETLB) and writes one byte
 # into each, so the kernel takes every page from a node's pool. The busybox image has no Python:
 # the guest's /usr is mounted read-only at /host/usr and its python3 started through its loader.
@@ -182,11 +207,21 @@ def plan(layout: Layout, containerd: str) -> dict[str, object]:
                           "pods": distribute_pods(layout)})
     if any(n.hugepages_2m * 2 >= HUGEPAGES_MIB for n in layout.nodes):
         scenarios.append({"name": "hugepages", "config": memory_config(layout), "pods": hugepage_pods(layout)})
+    scenarios += memory_only_node_scenarios(layout)
     return {"containerd": containerd, "scenarios": scenarios}
+
+
+def memory_only_node_scenarios(layout: Layout) -> list[dict[str, object]]:
+    """Where a layout has a memory-only node and two nodes with CPUs: a container's memory wider
+    than a node, which the Memory Manager groups over nodes with CPUs only."""
+    if not memory_only_nodes(layout) or len(cpu_nodes(layout)) < 2:
+        return []
+    return [{"name": "wide-memory", "config": wide_memory_config(layout), "pods": wide_memory_pods(layout)}]
 
 
 def memory_plan(layout: Layout, containerd: str) -> dict[str, object]:
     """The memory scenarios alone: what a second guest, booted only for its memory-only node,
     runs (conftest.py)."""
     return {"containerd": containerd,
-            "scenarios": [{"name": "memory", "config": memory_config(layout), "pods": memory_pods(layout)}]}
+            "scenarios": [{"name": "memory", "config": memory_config(layout), "pods": memory_pods(layout)},
+                          *memory_only_node_scenarios(layout)]}

@@ -116,6 +116,30 @@ def test_the_static_memory_manager_keeps_memory_on_the_chosen_node(pods_run: dic
     assert anon[node] >= ON_NODE_SHARE * sum(anon.values()), f"node {node}: {anon}"
 
 
+@pytest.mark.memory_only_node(exclusively=True)
+@pytest.mark.parametrize("pods_run", [guest_plan.ONE_VERSION], indirect=True)
+def test_memory_wider_than_a_node_overflows_to_a_cpu_node_never_a_memory_only_one(pods_run: dict,
+                                                                                 vm_layout: Layout) -> None:
+    """A one-core container touching more memory than its node has (static Memory Manager,
+    topology policy best-effort; guest_plan.wide_memory_pods): cpuset.mems is its CPUs' node and
+    another node with CPUs, and the pages its node cannot hold come from that node. A memory-only
+    node is not in cpuset.mems, and it and every other node get at most 1 - ON_NODE_SHARE of the
+    pages, though on cxl it is the nearest to node 0, where the kernel alone would put them."""
+    placed = pod(scenario(pods_run, "wide-memory"), "wide-memory")
+    (node,) = nodes_of(vm_layout, parse_list(placed["cpus_effective"]))
+    mems = parse_list(placed["mems_effective"])
+    assert placed["mems"] == placed["mems_effective"] == placed["inside_mems"], placed
+    assert len(mems) == 2 and node in mems, placed
+    (other,) = mems - {node}
+    assert vm_layout.node(other).cpus, f"cpuset.mems {placed['mems']}: node {other} has no CPUs"
+    touched = guest_plan.wider_than_a_node_mib(vm_layout) * MiB
+    anon = {int(k): v for k, v in placed["numa_stat"]["anon"].items()}
+    assert sum(anon.values()) >= touched, anon
+    elsewhere = sum(anon.values()) - anon[node] - anon[other]
+    assert elsewhere <= (1 - ON_NODE_SHARE) * sum(anon.values()), f"nodes {sorted(mems)}: {anon}"
+    assert anon[other] >= touched - vm_layout.node(node).memory_mib * MiB - elsewhere, f"node {other}: {anon}"
+
+
 def test_hugepages_are_placed_on_a_node_that_has_them(pods_run: dict, vm_layout: Layout) -> None:
     if "hugepages" not in pods_run["scenarios"]:
         pytest.skip(f"no node of layout {vm_layout.name} has {guest_plan.HUGEPAGES_MIB} MiB of 2 MiB pages")
