@@ -109,15 +109,23 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 
 @pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """After pytest's own grouping: the tests of each guest together, in boot order, so that one
-    guest runs at a time (pytest ends a session fixture's instance before making the next)."""
+    """After pytest's own grouping: the tests of each later guest move, in boot order, to just
+    after the first guest's last test, so that one guest runs at a time (pytest ends a session
+    fixture's instance before it makes the next) and the tier's tests stay together in a run
+    over tests/. Other tests keep their order."""
     order = {spec: index for index, spec in enumerate(session_guests())}
 
-    def guest_index(item: pytest.Item) -> int:
+    def guest_index(item: pytest.Item) -> int | None:
         callspec = getattr(item, "callspec", None)
-        return order.get(callspec.params["guest_spec"], 0) if callspec and "guest_spec" in callspec.params else 0
+        return order.get(callspec.params["guest_spec"]) if callspec and "guest_spec" in callspec.params else None
 
-    items.sort(key=guest_index)
+    later = sorted((item for item in items if (guest_index(item) or 0) > 0), key=guest_index)
+    if not later:
+        return
+    moved = set(later)
+    rest = [item for item in items if item not in moved]
+    after = 1 + max((at for at, item in enumerate(rest) if guest_index(item) == 0), default=-1)
+    items[:] = rest[:after] + later + rest[after:]
 
 
 @pytest.fixture(scope="session")
