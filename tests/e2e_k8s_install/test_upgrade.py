@@ -4,11 +4,12 @@ DaemonSet deleted. Measured: the longest time without an agent (containerd's log
 agent's connection closed → the new one connected), the containers created meanwhile, the
 refusals, and how long each of those containers ran on g-hold's exclusive CPU (the runtime's
 default cpuset, every CPU, until the new agent's Synchronize moved it; cgroup cpusets sampled
-through the rollout). Checked: that exposure within the gap (docs/install.md, "Upgrades"), no container refused, every container on the CPUs its class gives (a
-container created while no agent ran is adopted by the new agent's Synchronize and moved to the
-shared pool, so no exclusive CPU is held twice), the NodeResourceTopology never deleted nor
-wrong for more than 1 s after the new agent is up; and after the deletion, the running
-containers exactly where they were."""
+through the rollout). Checked: that exposure within the gap (docs/install.md, "Updates"), no
+container refused, every container on the CPUs its class gives (a container created while no
+agent ran is adopted by the new agent's Synchronize and moved to the shared pool, so no
+exclusive CPU is held twice), the NodeResourceTopology never deleted nor wrong for more than 1 s
+after the new agent is up; and after the deletion, the running containers exactly where they
+were."""
 
 from __future__ import annotations
 
