@@ -11,6 +11,10 @@ has it, and nothing else:
   kube-proxy, so the pod shares the host's network and is told 127.0.0.1:<port> in the two
   variables a pod's client reads (KUBERNETES_SERVICE_HOST/PORT, which the kubelet sets to the
   `kubernetes` Service's cluster IP on a real node).
+It also sets one thing of nri-numa's own, in the ConfigMap's ``nriNuma:`` map as a user would:
+``AGENT_SETTINGS``, evictions at the first refusal, so that the ClusterRole's eviction rule is
+seen used within one round of tests/e2e_k8s_install/test_daemonset.py (the packaged defaults, 3
+refusals and 30 s, would take most of a minute per round).
 The pod's credentials stay the ServiceAccount's: its token and the lab's CA, mounted by the
 ServiceAccount admission plugin from the Secret kube-controller-manager made."""
 
@@ -35,6 +39,8 @@ NAME = "nri-numa"
 DAEMONSET = f"/apis/apps/v1/namespaces/{NAMESPACE}/daemonsets/{NAME}"
 SELECTOR = "app.kubernetes.io/name=nri-numa"
 AGENT_UP_S = 90.0
+# nri-numa's own settings in the lab's ConfigMap: a refused pod of a controller evicted at once.
+AGENT_SETTINGS = {"evictAfterRefusals": 1, "evictionDelay": 0}
 
 
 def import_images(lab: Lab, refs: list[str], timeout_s: float = 300.0) -> None:
@@ -70,10 +76,16 @@ def write_overlay(lab: Lab, folder: Path) -> Path:
                  "volumes": [{"name": name, "hostPath": {"path": str(path)}}
                              for name, path in host_paths.items()]}}}}
     (folder / "lab-paths.yaml").write_text(yaml.safe_dump(patch))
+    [config_map] = [d for d in yaml.safe_load_all((PACKAGE / "nri-numa.yaml").read_text())
+                    if d["kind"] == "ConfigMap"]
+    config = {**yaml.safe_load(config_map["data"]["config.yaml"]), "nriNuma": AGENT_SETTINGS}
+    (folder / "agent-settings.yaml").write_text(yaml.safe_dump(
+        {"apiVersion": "v1", "kind": "ConfigMap", "metadata": config_map["metadata"],
+         "data": {"config.yaml": yaml.safe_dump(config)}}))
     # kubectl 1.20's kustomize (v2.0.3): a base is a relative folder, patches by file name.
     (folder / "kustomization.yaml").write_text(yaml.safe_dump({
         "bases": [os.path.relpath(PACKAGE, folder)],
-        "patchesStrategicMerge": ["lab-paths.yaml"]}))
+        "patchesStrategicMerge": ["lab-paths.yaml", "agent-settings.yaml"]}))
     return folder
 
 

@@ -15,17 +15,20 @@ import yaml
 from kubernetes.utils import parse_quantity
 
 from tests.e2e.harness.cgroups import CgroupLayout
-from tests.e2e_k8s.daemonset import (DAEMONSET, IMAGE, NAME, NAMESPACE, PACKAGE, agent_log,
-                                     agent_pods, running_agent, wait_agent_connected)
-from tests.e2e_k8s.kube import Json, Kube, wait_for
+from tests.e2e_k8s.daemonset import (AGENT_SETTINGS, DAEMONSET, IMAGE, NAME, NAMESPACE, PACKAGE,
+                                     agent_log, agent_pods, running_agent, wait_agent_connected)
+from tests.e2e_k8s.kube import ApiError, Json, Kube, wait_for
 from tests.e2e_k8s.lab import AGENT_SERVICE_ACCOUNT, NODE_NAME, Lab
-from tests.e2e_k8s.pods import container_cpus, delete_and_wait_gone, pod_manifest, wait_running
+from tests.e2e_k8s.pods import (TEST_LABEL, container_cpus, delete_and_wait_gone, pod_manifest,
+                                wait_running)
 
 pytestmark = pytest.mark.k8s
 NRT_PATH = f"/apis/topology.node.k8s.io/v1alpha2/noderesourcetopologies/{NODE_NAME}"
 ROLE_FILE = PACKAGE / "nri-numa.yaml"
 REFUSED = "numa.nri.io/refused"
 ACTED_S = 5.0  # from the refusal to nri-numa's Event and annotation, the object made again
+REFUSED_RS = "g-unfit-rs"  # a ReplicaSet of one pod refused as g-unfit is
+REPLICA_SETS = "/apis/apps/v1/namespaces/default/replicasets"
 
 
 def nrt(kube: Kube) -> Json | None:
@@ -69,17 +72,18 @@ def allowed(kube: Kube, rule: Json, verb: str) -> bool:
     return bool(review["status"].get("allowed"))
 
 
-def audited(lab: Lab) -> set[tuple[str, str, str]]:
+def audited(lab: Lab, decision: str = "allow", from_line: int = 0) -> set[tuple[str, str, str]]:
     """(group, resource[/subresource], verb) of every request nri-numa's ServiceAccount made
-    that the API server allowed, from the API server's audit log."""
+    that the API server decided so ("allow" or "forbid"), from the API server's audit log (its
+    lines from ``from_line`` on)."""
     used = set()
-    for line in lab.audit_log.read_text().splitlines():
+    for line in lab.audit_log.read_text().splitlines()[from_line:]:
         event = json.loads(line)
         ref = event.get("objectRef") or {}
         code = event.get("responseStatus", {}).get("code", 0)
-        decision = event.get("annotations", {}).get("authorization.k8s.io/decision",
-                                                    "allow" if code < 400 else "forbid")
-        if event["user"]["username"] == AGENT_SERVICE_ACCOUNT and ref and decision == "allow":
+        decided = event.get("annotations", {}).get("authorization.k8s.io/decision",
+                                                   "allow" if code < 400 else "forbid")
+        if event["user"]["username"] == AGENT_SERVICE_ACCOUNT and ref and decided == decision:
             resource = ref["resource"] + (f"/{ref['subresource']}" if ref.get("subresource") else "")
             used.add((ref.get("apiGroup", ""), resource, event["verb"]))
     return used
@@ -94,11 +98,66 @@ def unfit_pod(kube: Kube) -> Json:
     return pod_manifest("g-unfit", cpu="1", memory=f"{mebibytes}Mi")
 
 
-def what_works(lab: Lab, kube: Kube) -> dict[str, bool]:
+def replica_set(pod: Json) -> Json:
+    """A ReplicaSet of one pod made from ``pod``'s spec, named REFUSED_RS."""
+    template = {"metadata": {"labels": {TEST_LABEL: "k8s", "app": REFUSED_RS}}, "spec": pod["spec"]}
+    return {"apiVersion": "apps/v1", "kind": "ReplicaSet",
+            "metadata": {"name": REFUSED_RS, "labels": {TEST_LABEL: "k8s"}},
+            "spec": {"replicas": 1, "selector": {"matchLabels": {"app": REFUSED_RS}},
+                     "template": template}}
+
+
+def replica_set_pods(kube: Kube) -> list[Json]:
+    return [p for p in kube.pods() if p["metadata"].get("labels", {}).get("app") == REFUSED_RS]
+
+
+def delete_replica_set(kube: Kube) -> None:
+    """The ReplicaSet deleted, its pods then by the garbage collector (not waited for)."""
+    try:
+        kube.request("DELETE", f"{REPLICA_SETS}/{REFUSED_RS}")
+    except ApiError as e:
+        if e.status != 404:
+            raise
+
+
+def wait_replica_set_gone(kube: Kube, lab: Lab) -> None:
+    """Waits for the deleted ReplicaSet and its pods to be gone."""
+    wait_for(lambda: kube.get_if_present(f"{REPLICA_SETS}/{REFUSED_RS}") is None, 30.0,
+             f"ReplicaSet {REFUSED_RS} deleted")
+    names = [p["metadata"]["name"] for p in replica_set_pods(kube)]
+    if names:
+        delete_and_wait_gone(kube, lab, names)
+
+
+def evicted_at_its_refusal(lab: Lab, kube: Kube) -> bool:
+    """Whether the pod of a ReplicaSet, refused as g-unfit is, goes (deleted or being deleted)
+    within ACTED_S of the kubelet's event of its refused container: the agent's eviction at its
+    first refusal (AGENT_SETTINGS); nothing else deletes it."""
+    began = time.monotonic()
+    kube.apply([replica_set(unfit_pod(kube))])
+    try:
+        [pod] = wait_for(lambda: replica_set_pods(kube), 30.0, f"the pod of {REFUSED_RS}")
+        uid = pod["metadata"]["uid"]
+        wait_for(lambda: [e for e in kube.get("/api/v1/namespaces/default/events?fieldSelector="
+                                              f"involvedObject.uid={uid}")["items"]
+                          if e["reason"] == "Failed" and e["source"].get("component") == "kubelet"],
+                 30.0, f"the kubelet's event of {REFUSED_RS}'s refused container")
+        refused = time.monotonic()
+        evicted = wait_until(lambda: not [p for p in replica_set_pods(kube) if p["metadata"]["uid"] == uid
+                                          and not p["metadata"].get("deletionTimestamp")], ACTED_S)
+        print(f"{REFUSED_RS}'s pod refused {refused - began:.1f} s after the ReplicaSet was made; "
+              + (f"evicted {time.monotonic() - refused:.1f} s after" if evicted else "not evicted"))
+        return evicted
+    finally:
+        delete_replica_set(kube)
+
+
+def what_works(lab: Lab, kube: Kube, eviction: bool) -> dict[str, bool]:
     """The agent's uses of the API server, each by the agent in a new pod (started after the
     role changed, so that its pod watch lists anew): the node's object made again after its
-    deletion, owned by the Node; the pod watch without a refusal; a refused pod's Event and
-    annotation."""
+    deletion, owned by the Node; the pod watch without a refusal; a refused bare pod's Event and
+    annotation; with ``eviction``, then (g-unfit deleted: the node has memory for one such pod)
+    a refused ReplicaSet's pod evicted."""
     if nrt(kube) is not None:
         kube.request("DELETE", NRT_PATH)
     wait_for(lambda: nrt(kube) is None, 10.0, "the NodeResourceTopology deleted")
@@ -108,6 +167,7 @@ def what_works(lab: Lab, kube: Kube) -> dict[str, bool]:
     kube.delete_pod("g-unfit")  # the last round's, gone while the agent restarts
     pod = wait_agent_connected(lab, kube, before)
     delete_and_wait_gone(kube, lab, ["g-unfit"])
+    wait_replica_set_gone(kube, lab)  # the last round's, deleted while the agent restarted
     kube.apply([unfit_pod(kube)])
     uid = wait_for(lambda: (kube.pod("g-unfit") or {}).get("metadata", {}).get("uid"), 30.0, "g-unfit")
     events = f"/api/v1/namespaces/default/events?fieldSelector=involvedObject.uid={uid}"
@@ -130,6 +190,9 @@ def what_works(lab: Lab, kube: Kube) -> dict[str, bool]:
              "annotation": annotated()}
     log = agent_log(pod)
     works["pod watch"] = "pod watch: " not in log
+    if eviction:
+        delete_and_wait_gone(kube, lab, ["g-unfit"])
+        works["eviction"] = evicted_at_its_refusal(lab, kube)
     return works
 
 
@@ -143,15 +206,16 @@ def wait_until(check: Callable[[], object], seconds: float) -> bool:
 
 def test_the_cluster_role_holds_exactly_what_the_agent_uses(lab: Lab, kube: Kube) -> None:
     """Every verb of the packaged ClusterRole is one the agent used (the API server's audit),
-    and each rule taken away breaks one of the agent's uses of the API server; eviction aside
-    (a controller's pod refused 3 times, 30 s apart at least, with the packaged defaults)."""
+    and each rule taken away breaks one of the agent's uses of the API server, where the API
+    server forbade the agent that rule's request (the audit again). Evictions at the first
+    refusal (AGENT_SETTINGS), so that one round shows the eviction rule used."""
+    print(f"the agent's settings in the ConfigMap: {AGENT_SETTINGS}")
     role = packaged_role()
     results: dict[str, dict[str, bool]] = {}
+    forbidden: dict[str, set[tuple[str, str, str]]] = {}
     try:
         for taken in [None, *range(len(role["rules"]))]:
             rule = role["rules"][taken] if taken is not None else None
-            if rule is not None and rule["resources"] == ["pods/eviction"]:
-                continue
             rules = [r for r in role["rules"] if r is not rule]
             kube.apply([{**role, "rules": rules}])
             for kept in role["rules"]:  # RBAC follows the role through its informer
@@ -159,21 +223,31 @@ def test_the_cluster_role_holds_exactly_what_the_agent_uses(lab: Lab, kube: Kube
                     wait_for(lambda kept=kept, verb=verb: allowed(kube, kept, verb) == (kept is not rule),
                              10.0, f"RBAC to follow the role: {verb} {kept['resources']}")
             label = "all rules" if rule is None else f"without {rule['verbs']} {rule['resources']}"
-            began = time.monotonic()
-            results[label] = what_works(lab, kube)
-            print(f"{label}: {results[label]} ({time.monotonic() - began:.1f} s)")
+            began, audit_lines = time.monotonic(), len(lab.audit_log.read_text().splitlines())
+            # The eviction's check costs a refused pod's deletion (a minute on the lab's
+            # kubelet): only where it shows the eviction rule used and needed.
+            eviction = rule is None or rule["resources"] == ["pods/eviction"]
+            results[label] = what_works(lab, kube, eviction)
+            forbidden[label] = audited(lab, "forbid", audit_lines)
+            print(f"{label}: {results[label]} ({time.monotonic() - began:.1f} s); "
+                  f"forbidden: {sorted(forbidden[label])}")
             if rule is None:
                 used = audited(lab)
                 granted = {(group, resource, verb) for r in role["rules"] for group in r["apiGroups"]
                            for resource in r["resources"] for verb in r["verbs"]}
                 print(f"used: {sorted(used)}")
                 assert used <= granted
-                unused = granted - used - {("", "pods/eviction", "create")}
+                unused = granted - used
                 # The event's patch counts a second refusal: one is seen at the kubelet's retry.
                 assert unused <= {("", "events", "patch")}, f"granted, never used: {unused}"
     finally:
         kube.apply([role])
+        wait_replica_set_gone(kube, lab)
     print(json.dumps(results, indent=1))
     assert all(results["all rules"].values()), results["all rules"]
-    for label, works in results.items():
-        assert label == "all rules" or not all(works.values()), f"{label}: nothing breaks {works}"
+    assert not forbidden["all rules"], forbidden["all rules"]
+    for rule in role["rules"]:
+        label = f"without {rule['verbs']} {rule['resources']}"
+        assert not all(results[label].values()), f"{label}: nothing breaks {results[label]}"
+        requests = {(rule["apiGroups"][0], rule["resources"][0], verb) for verb in rule["verbs"]}
+        assert forbidden[label] & requests, f"{label}: none of its requests forbidden"

@@ -2,23 +2,28 @@
 that differ, tests/e2e_k8s_install/conftest.py) while pods are created and deleted, then the
 DaemonSet deleted. Measured: the longest time without an agent (containerd's log: the old
 agent's connection closed → the new one connected), the containers created meanwhile, the
-refusals. Checked: no container refused, every container on the CPUs its class gives (a
-container created while no agent ran is adopted by the new agent's Synchronize and moved to the
-shared pool, so no exclusive CPU is held twice), the NodeResourceTopology never deleted nor
-wrong for more than 1 s after the new agent is up; and after the deletion, the running
-containers exactly where they were."""
+refusals, and how long each of those containers ran on g-hold's exclusive CPU (the runtime's
+default cpuset, every CPU, until the new agent's Synchronize moved it; cgroup cpusets sampled
+through the rollout). Checked: that exposure within the gap (docs/install.md, "Updates"), no
+container refused, every container on the CPUs its class gives (a container created while no
+agent ran is adopted by the new agent's Synchronize and moved to the shared pool, so no
+exclusive CPU is held twice), the NodeResourceTopology never deleted nor wrong for more than 1 s
+after the new agent is up; and after the deletion, the running containers exactly where they
+were."""
 
 from __future__ import annotations
 
 import re
 import threading
 import time
+from dataclasses import dataclass, field
 from datetime import datetime
 
+import grpc
 import pytest
 
 from nri_numa.cluster.nrt import available_cpus
-from tests.e2e.harness.cgroups import CgroupLayout
+from tests.e2e.harness.cgroups import CgroupLayout, container_cgroup_path, read_cpuset
 from tests.e2e.cri import api_pb2 as cri
 from tests.e2e_k8s.daemonset import NAME, NAMESPACE, agent_pods, running_agent
 from tests.e2e_k8s.kube import Json, Kube, wait_for
@@ -34,6 +39,8 @@ CHURN_EVERY_S = 1.0
 # the end, where their CPUs show the new agent's adoption.
 ALIVE = 8
 ROLLOUT_S = 120.0
+HELD_CPU = 1  # g-hold's exclusive CPU (CPU 0 is reserved)
+SAMPLE_EVERY_S = 0.1
 EVENT = re.compile(r'time="([^"]+)".*(connection to plugin \\"90-nri-numa\\" closed'
                    r'|plugin \\"90-nri-numa\\" connected)')
 
@@ -63,6 +70,56 @@ def running_containers(lab: Lab) -> dict[str, tuple[str, float]]:
                 and c.labels.get("io.kubernetes.pod.namespace") == "default"}
     finally:
         client.close()
+
+
+@dataclass
+class CpusetSamples:
+    """Sweeps over every running container's cgroup cpuset.cpus but g-hold's: when each sweep
+    began, and what it read (container id → CPUs); each container's pod and creation time."""
+
+    sweeps: list[tuple[float, dict[str, frozenset[int]]]] = field(default_factory=list)
+    created: dict[str, tuple[str, float]] = field(default_factory=dict)
+
+    def sample(self, lab: Lab, layout: CgroupLayout, stop: threading.Event) -> None:
+        """Sweeps every SAMPLE_EVERY_S until ``stop``."""
+        client = lab.cri()
+        paths: dict[str, str] = {}
+        try:
+            while not stop.is_set():
+                began, read = time.time(), {}
+                for c in client.list_containers():
+                    pod = c.labels.get("io.kubernetes.pod.name", "")
+                    if c.state != cri.CONTAINER_RUNNING or pod == "g-hold":
+                        continue
+                    try:
+                        if c.id not in paths:
+                            paths[c.id] = container_cgroup_path(client.container_info(c.id))
+                            self.created[c.id] = (pod, c.created_at / 1e9)
+                        read[c.id] = read_cpuset(layout, paths[c.id]).cpu_ids
+                    except (OSError, grpc.RpcError):
+                        continue  # stopped and removed since the listing
+                self.sweeps.append((began, read))
+                stop.wait(SAMPLE_EVERY_S)
+        finally:
+            client.close()
+
+    def on_held_cpu(self, container_id: str) -> float | None:
+        """At most how long the container ran with HELD_CPU in its cpuset: from its creation to
+        the first sweep, after one that read it, that found it without HELD_CPU or stopped.
+        None: no sweep read it, or none after it found it moved or stopped."""
+        created = self.created[container_id][1]
+        seen = False
+        for began, read in self.sweeps:
+            if container_id in read and HELD_CPU in read[container_id]:
+                seen = True
+            elif seen or container_id in read:
+                return began - created
+        return None
+
+    def longest_interval(self) -> float:
+        """The longest time between two sweeps' beginnings: how late a sweep can find a change."""
+        starts = [began for began, _ in self.sweeps]
+        return max((b - a for a, b in zip(starts, starts[1:])), default=0.0)
 
 
 def test_a_rolling_update_loses_no_container_and_the_deletion_moves_none(
@@ -96,8 +153,10 @@ def test_a_rolling_update_loses_no_container_and_the_deletion_moves_none(
             samples.append((time.time(), nrt(kube)))
             stop.wait(0.1)
 
+    cpusets = CpusetSamples()
     threads = [threading.Thread(target=churn, daemon=True),
-               threading.Thread(target=watch_nrt, daemon=True)]
+               threading.Thread(target=watch_nrt, daemon=True),
+               threading.Thread(target=cpusets.sample, args=(lab, layout, stop), daemon=True)]
     began = time.time()
     for thread in threads:
         thread.start()
@@ -150,6 +209,24 @@ def test_a_rolling_update_loses_no_container_and_the_deletion_moves_none(
                           if up_at - gaps[-1] < created < up_at]
     print(f"running containers made while no agent ran: {sorted(made_without_agent)}")
     assert made_without_agent  # the check below covers the new agent's adoptions
+
+    # Each container made while no agent ran had every CPU, g-hold's too, until the new agent's
+    # Synchronize moved it. containerd logs "connected" only after it applied the updates that
+    # Synchronize returned (the NRI adaptation's syncFn, then that line), so no container made
+    # in the gap kept HELD_CPU past up_at: its exposure is within the gap, found by the sweeps
+    # at most one interval between two sweeps late.
+    in_gap = [cid for cid, (_, created) in cpusets.created.items() if up_at - gaps[-1] < created < up_at]
+    exposed = {cid: cpusets.on_held_cpu(cid) for cid in in_gap}
+    unresolved = [cpusets.created[cid][0] for cid, took in exposed.items() if took is None]
+    assert not unresolved, f"never read, or never read moved or stopped: {unresolved}"
+    longest, late = max(exposed.values(), default=0.0), cpusets.longest_interval()
+    each = ", ".join(f"{cpusets.created[cid][0]} {took:.2f} s"
+                     for cid, took in sorted(exposed.items(), key=lambda e: -e[1]))
+    print(f"{len(in_gap)} containers made while no agent ran, on CPU {HELD_CPU} (g-hold's) at "
+          f"most {longest:.2f} s ({each}); the gap {gaps[-1]:.2f} s, sweeps at most {late:.2f} s "
+          f"apart ({len(cpusets.sweeps)} sweeps)")
+    assert in_gap
+    assert longest <= gaps[-1] + late
     placements = check_placements(lab, layout)
 
     # The deletion: the agent goes, every container stays where it is.
