@@ -7,7 +7,8 @@ NUMA nodes are the guest's, and every check reads them from the tier's layout.
 The node places each pod on the NUMA node the extender chose; a choice taken away behind the
 scheduler's back between the bind and the container's creation is stale and the node decides
 anew; a pod the extender refused is bound as soon as its room is published free, and at once
-after an extender restart. Each test starts on a node without pods (`no_pods_left`).
+after an extender restart. The tests that need a node without pods delete those of the tests
+before them (`empty_node`, `full_node`).
 
 """
 
@@ -111,18 +112,23 @@ def nrt(kube: Kube) -> Json | None:
         raise
 
 
-@pytest.fixture(autouse=True)
-def no_pods_left(k8s_node: K8sNode) -> Iterator[None]:
-    """After each test (a failed one too) its pods are deleted, gone, and out of the node's
-    published ledger before the next test starts."""
-    yield
-    kube = k8s_node.kube
+def delete_every_pod(kube: Kube) -> None:
+    """Every pod deleted, its object gone (the scheduler no longer counts it) and out of the
+    node's published ledger. The guest's kubelet takes 10-30 s a pod under load, so the tests
+    call this before they need an empty node, not after each test."""
     for obj in kube.pods():
         kube.delete_pod(obj["metadata"]["name"])
-    wait_for(lambda: not kube.pods(), GONE_S, "the test's pods gone",
+    wait_for(lambda: not kube.pods(), GONE_S, "every pod gone",
              describe=lambda: describe_pods(kube, [p["metadata"]["name"] for p in kube.pods()]))
     wait_for(lambda: not published(kube).allocations.pods, PUBLISHED_S,
              "the node to publish that it holds no pod")
+
+
+@pytest.fixture
+def empty_node(k8s_node: K8sNode) -> K8sNode:
+    """The guest's node without pods."""
+    delete_every_pod(k8s_node.kube)
+    return k8s_node
 
 
 def published(kube: Kube) -> NodeState:
@@ -156,9 +162,10 @@ def node_of(layout: Layout, cpus: frozenset[int]) -> Node:
 
 
 def agent_log(node: K8sNode) -> str:
-    """The guest agent's whole journal (one invocation per guest node: the guest boots once per
-    session)."""
-    return node.guest.run(["journalctl", "-u", AGENT_UNIT, "-o", "cat", "--no-pager"]).stdout
+    """The guest agent's journal since this node's agent started (a guest left running by
+    `numa-vm up` keeps the lines of earlier runs' agents)."""
+    return node.guest.run(["sh", "-c", "journalctl _SYSTEMD_INVOCATION_ID=$(systemctl show -p InvocationID "
+                                       f"--value {AGENT_UNIT}) -o cat --no-pager"]).stdout
 
 
 def journal(node: K8sNode, unit: str) -> str:
@@ -217,9 +224,10 @@ def test_the_node_topology_export_shows_the_guests_numa_nodes(k8s_node: K8sNode,
 
 
 def test_a_guaranteed_pod_gets_cpus_of_the_real_numa_node_the_extender_chose(
-        k8s_node: K8sNode, vm_layout: Layout) -> None:
+        empty_node: K8sNode, vm_layout: Layout) -> None:
     """The extender writes its choice on the pod; the agent's ledger (as published), its
     decision line and the container's cgroup all say that NUMA node, and no stale choice."""
+    k8s_node = empty_node
     kube = k8s_node.kube
     cpus = guest_plan.threads(vm_layout)
     began = time.monotonic()
@@ -265,12 +273,13 @@ LATE_SIGNAL = "/run/nri-numa-test-late"  # a folder of the guest: its file "go" 
 
 
 def test_a_choice_taken_behind_the_schedulers_back_is_stale_and_the_node_decides_anew(
-        k8s_node: K8sNode, vm_layout: Layout) -> None:
+        empty_node: K8sNode, vm_layout: Layout) -> None:
     """Pod late is bound with a NUMA node X chosen; its init container (shared CPUs) holds it
     back until the test says so. Meanwhile a pod with ``spec.nodeName`` set, which no scheduler
     sees, takes every free CPU of X. When late's app container is created the choice no longer
     holds: the agent logs it as stale, counts it, and decides anew, on another NUMA node with
     room."""
+    k8s_node = empty_node
     kube, guest = k8s_node.kube, k8s_node.guest
     cpus = guest_plan.threads(vm_layout)
     free = free_cpus(vm_layout)
@@ -341,33 +350,54 @@ def stale_count(node: K8sNode) -> float:
 # scheduler has tried (and the extender refused) again, or the extender down while it tries.
 
 
-def hold_every_numa_node(node: K8sNode, layout: Layout) -> str:
-    """``holder-*`` pods running, each asking the most CPUs any NUMA node has free, one per such
-    node; ``waiter``, asking as many, Pending with nri-numa's reason. holder-0's uid."""
-    kube = node.kube
-    free = free_cpus(layout)
+@dataclass
+class FullNode:
+    """Every NUMA node that has the most free CPUs (``cpus``) on an empty node held by one
+    running pod of that many CPUs (``holders``, oldest first); the others have fewer free. Each
+    retry test frees one holder's node and its waiter takes that node: the node is full again
+    for the next one, without the guest's slow deletions of a fresh start."""
+    node: K8sNode
+    cpus: int
+    holders: list[str]
+
+
+@pytest.fixture(scope="module")
+def full_node(k8s_node: K8sNode, vm_layout: Layout) -> FullNode:
+    kube = k8s_node.kube
+    delete_every_pod(kube)
+    free = free_cpus(vm_layout)
     most = max(map(len, free.values()))
     holders = [f"holder-{i}" for i in range(sum(len(c) == most for c in free.values()))]
     kube.apply([pod(name, most) for name in holders])
-    running(node, holders)
-    kube.apply([pod("waiter", most)])
-    wait_for(lambda: "nri-numa: TopologyAffinityError" in unschedulable(kube.pod("waiter")), DECIDED_S,
-             "waiter refused by nri-numa", describe=lambda: describe_pods(kube, ["waiter"]))
-    return kube.pod("holder-0")["metadata"]["uid"]
+    running(k8s_node, holders)
+    return FullNode(k8s_node, most, holders)
 
 
-def delete_holder(kube: Kube) -> None:
-    """Delete holder-0 and wait until its object is gone: kube-scheduler has seen the deletion
-    and tried the waiter again."""
-    kube.delete_pod("holder-0")
-    wait_for(lambda: kube.pod("holder-0") is None, GONE_S, "holder-0 deleted")
+def refused_waiter(full: FullNode, name: str) -> None:
+    """Pod ``name``, asking for ``full.cpus``, Pending with nri-numa's reason: no NUMA node has
+    that many free, though the node's CPU count has room (kube-scheduler's own filter passes)."""
+    kube = full.node.kube
+    kube.apply([pod(name, full.cpus)])
+    wait_for(lambda: "nri-numa: TopologyAffinityError" in unschedulable(kube.pod(name)), DECIDED_S,
+             f"{name} refused by nri-numa", describe=lambda: describe_pods(kube, [name]))
+
+
+def delete_holder(full: FullNode) -> str:
+    """Delete the oldest holder and wait until its object is gone: kube-scheduler has seen the
+    deletion and tried the waiting pod again. The holder's uid."""
+    kube = full.node.kube
+    holder = full.holders.pop(0)
+    uid = kube.pod(holder)["metadata"]["uid"]
+    kube.delete_pod(holder)
+    wait_for(lambda: kube.pod(holder) is None, GONE_S, f"{holder} deleted")
     time.sleep(3.0)
+    return uid
 
 
 def freed(kube: Kube, holder_uid: str) -> float:
-    """The monotonic time at which the node's publication shows holder-0's CPUs free."""
+    """The monotonic time at which the node's publication shows the holder's CPUs free."""
     wait_for(lambda: holder_uid not in published(kube).allocations.pods, PUBLISHED_S,
-             "the node to publish that holder-0's CPUs are free", poll_s=0.05)
+             "the node to publish that the holder's CPUs are free", poll_s=0.05)
     return time.monotonic()
 
 
@@ -384,39 +414,39 @@ def signal_exporter(node: K8sNode, sig: str) -> None:
     node.guest.run(["kill", f"-{sig}", child])
 
 
-def test_a_refused_pod_is_bound_as_soon_as_the_cpus_it_waits_for_are_free(
-        k8s_node: K8sNode, vm_layout: Layout) -> None:
-    kube = k8s_node.kube
-    holder_uid = hold_every_numa_node(k8s_node, vm_layout)
+def test_a_refused_pod_is_bound_as_soon_as_the_cpus_it_waits_for_are_free(full_node: FullNode) -> None:
+    k8s_node, kube = full_node.node, full_node.node.kube
+    refused_waiter(full_node, "waiter-free")
     signal_exporter(k8s_node, "STOP")  # publications wait: the scheduler's own retry finds no room
     try:
-        delete_holder(kube)
+        holder_uid = delete_holder(full_node)
         assert holder_uid in published(kube).allocations.pods
-        assert not kube.pod("waiter")["spec"].get("nodeName")
+        assert not kube.pod("waiter-free")["spec"].get("nodeName")
     finally:
         signal_exporter(k8s_node, "CONT")
     free = freed(kube, holder_uid)
-    bound = wait_bound(kube, "waiter")
+    bound = wait_bound(kube, "waiter-free")
     _TIMES.append(f"scheduler extender: waiter bound {bound - free:.2f} s after its CPUs were published free")
     print(_TIMES[-1])
     assert bound - free <= RETRY_AFTER_FREE_S
-    assert kube.pod("waiter")["metadata"]["annotations"][RETRY_FOR_ROOM].startswith(f"{NODE}@")
-    running(k8s_node, ["waiter"])
+    assert kube.pod("waiter-free")["metadata"]["annotations"][RETRY_FOR_ROOM].startswith(f"{NODE}@")
+    running(k8s_node, ["waiter-free"])
+    full_node.holders.append("waiter-free")
 
 
-def test_after_an_extender_restart_the_refused_pods_are_retried_at_once(
-        k8s_node: K8sNode, vm_layout: Layout) -> None:
-    kube = k8s_node.kube
-    holder_uid = hold_every_numa_node(k8s_node, vm_layout)
+def test_after_an_extender_restart_the_refused_pods_are_retried_at_once(full_node: FullNode) -> None:
+    k8s_node, kube = full_node.node, full_node.node.kube
+    refused_waiter(full_node, "waiter-restart")
     assert not k8s_node.plane.stop_extender()
-    delete_holder(kube)  # the scheduler's retry on the deletion finds no extender
+    holder_uid = delete_holder(full_node)  # the scheduler's retry on the deletion finds no extender
     freed(kube, holder_uid)
     time.sleep(10.0)  # past its back-off: the waiter sits in the unschedulable queue
-    assert not kube.pod("waiter")["spec"].get("nodeName")
+    assert not kube.pod("waiter-restart")["spec"].get("nodeName")
     restarted = time.monotonic()
     k8s_node.plane.start_extender()
-    bound = wait_bound(kube, "waiter")
+    bound = wait_bound(kube, "waiter-restart")
     _TIMES.append(f"scheduler extender: waiter bound {bound - restarted:.2f} s after the extender's restart")
     print(_TIMES[-1])
     assert bound - restarted <= RETRY_AFTER_RESTART_S
-    running(k8s_node, ["waiter"])
+    running(k8s_node, ["waiter-restart"])
+    full_node.holders.append("waiter-restart")
