@@ -188,6 +188,25 @@ def container_cpus(node: K8sNode, container_id: str) -> frozenset[int]:
     return parse_list(done.stdout.strip())
 
 
+def placed_cpus(node: K8sNode, pod_name: str, container_id: str, count: int) -> frozenset[int]:
+    """The container's cgroup CPUs once they are ``count`` CPUs of one NUMA node. Read right after
+    the pod runs they were once every CPU of the guest (the full tier, under load): widened
+    after the container started, not by the agent. The agent's periodic check must then put
+    them back, so a first read that is not the placement needs its "repaired" line."""
+    first = container_cpus(node, container_id)
+
+    def aligned() -> frozenset[int] | None:
+        got = container_cpus(node, container_id)
+        return got if len(got) == count and len({n for n in node.guest.layout.nodes if got & set(n.cpus)}) == 1 \
+            else None
+    got = wait_for(aligned, PUBLISHED_S, f"pod {pod_name}'s cgroup to hold {count} CPUs of one NUMA node",
+                   poll_s=0.5, describe=lambda: f"cgroup CPUs {format_list(container_cpus(node, container_id))}")
+    if first != got:
+        _TIMES.append(f"pod {pod_name}: cgroup CPUs {format_list(first)} at first, {format_list(got)} after")
+        assert f"repaired pod default/{pod_name} container work: cpus {format_list(got)}" in agent_log(node)
+    return got
+
+
 def failed_scheduling(kube: Kube, name: str) -> str | None:
     events = kube.get("/api/v1/namespaces/default/events?fieldSelector=involvedObject.name%3D" + name)["items"]
     notes = [e.get("message", "") for e in events if e.get("reason") == "FailedScheduling"]
@@ -238,7 +257,7 @@ def test_a_guaranteed_pod_gets_cpus_of_the_real_numa_node_the_extender_chose(
                                     + journal(k8s_node, AGENT_UNIT) + journal(k8s_node, "nri-numa-node-kubelet"))
     _TIMES.append(f"pod aligned bound and running in the guest {time.monotonic() - began:.1f} s after its creation")
     uid = obj["metadata"]["uid"]
-    got = container_cpus(k8s_node, running_container_id(obj).split("://")[-1])
+    got = placed_cpus(k8s_node, "aligned", running_container_id(obj).split("://")[-1], cpus)
     node = node_of(vm_layout, got)
     assert len(got) == cpus, got
     assert chosen(obj) == {node.id}, (chosen(obj), got)
@@ -306,14 +325,14 @@ def test_a_choice_taken_behind_the_schedulers_back_is_stale_and_the_node_decides
         behind["metadata"]["annotations"] = {CHOSEN_NUMA_ANNOTATION: str(taken)}
         kube.apply([behind])
         behind_id = running(k8s_node, ["behind-the-back"])["behind-the-back"]
-        assert container_cpus(k8s_node, behind_id) == free[taken]
+        assert placed_cpus(k8s_node, "behind-the-back", behind_id, len(free[taken])) == free[taken]
         stale_before = stale_count(k8s_node)
 
         guest.run(["touch", f"{LATE_SIGNAL}/go"])
         late_id = running(k8s_node, ["late"])["late"]
     finally:
         guest.run(["rm", "-rf", LATE_SIGNAL])
-    got = container_cpus(k8s_node, late_id)
+    got = placed_cpus(k8s_node, "late", late_id, cpus)
     anew = node_of(vm_layout, got).id
     print(f"late: the extender chose NUMA node {taken}, behind-the-back took its CPUs "
           f"{format_list(free[taken])}, the node placed late on NUMA node {anew} (CPUs {format_list(got)})")
