@@ -30,6 +30,7 @@ BASE = Path("/var/lib/nri-numa-node")  # everything of the node; removed by `dow
 CONTAINERD_VERSION = "1.7.24"  # kubelet 1.20 speaks CRI v1alpha2, which containerd 2.x dropped
 UNITS = ("nri-numa-node-kubelet", "nri-numa-node-agent", "nri-numa-node-containerd")  # stop order
 AGENT = "/usr/local/bin/nri-numa"
+AGENT_METRICS = "127.0.0.1:9109"  # the agent's Prometheus metrics, on the guest's loopback
 KUBELET_READY_S = 240.0
 
 
@@ -78,7 +79,7 @@ def up(plan: dict) -> dict:
     run_unit(UNITS[1], [AGENT, "run", "--nri-socket", str(containerd.paths.nri_socket),
                         "--config", str(agent_config), "--state-dir", str(BASE / "agent-state"),
                         "--pod-resources-socket", str(kubelet_root / "pod-resources" / "kubelet.sock"),
-                        "--metrics-address", "off", "--kubeconfig", str(kubeconfig),
+                        "--metrics-address", AGENT_METRICS, "--kubeconfig", str(kubeconfig),
                         "--node-name", plan["node"], "--nrt-resync-period", "5"])
     answer["agent_connect_s"] = wait_until(lambda: "synchronized:" in journal(UNITS[1]),
                                      "nri-numa to connect to containerd", 120)

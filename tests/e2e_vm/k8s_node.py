@@ -20,6 +20,7 @@ from __future__ import annotations
 import base64
 import json
 import secrets
+import ssl
 import subprocess
 import time
 from pathlib import Path
@@ -74,21 +75,33 @@ class ControlPlane(Lab):
         self._wait(lambda: _established(kube, NRT_CRD_NAME), 30.0,
                    "the NodeResourceTopology CRD to be Established", "kube-apiserver")
         figures["apiserver_s"] = round(time.monotonic() - began, 1)
-        certificates = LabCertificates(self.folder / "tls")
-        self.certificates = certificates
-        extender_port = self.recorded.ports["extender"]
-        self._start(EXTENDER, [str(AGENT), "scheduler-extender", "--listen", f"127.0.0.1:{extender_port}",
-                               "--kubeconfig", str(self.kubeconfig), *certificates.extender_args()])
+        self.certificates = LabCertificates(self.folder / "tls")
+        self.start_extender()
         config = self.folder / "kube-scheduler.yaml"
         config.write_text(json.dumps(scheduler_config(
-            self.kubeconfig, extender_port, self.recorded.ports["scheduler-health"],
-            certificates.scheduler, certificates.server_ca.cert), indent=1) + "\n")
+            self.kubeconfig, self.recorded.ports["extender"], self.recorded.ports["scheduler-health"],
+            self.certificates.scheduler, self.certificates.server_ca.cert), indent=1) + "\n")
         self._start(SCHEDULER, [str(binaries["kube-scheduler"]), f"--config={config}", "--secure-port=0"])
         health = f"http://127.0.0.1:{self.recorded.ports['scheduler-health']}/healthz"
         self._wait(lambda: _answers(health), READY_S, "kube-scheduler (with the extender) to serve its health",
                    SCHEDULER)
         figures["control_plane_s"] = round(time.monotonic() - began, 1)
         return figures
+
+    def start_extender(self) -> None:
+        """`nri-numa scheduler-extender` on the plane's extender port, with the certificates
+        `start` made; returns once it serves kube-scheduler's client certificate."""
+        url = f"https://127.0.0.1:{self.recorded.ports['extender']}"
+        self._start(EXTENDER, [str(AGENT), "scheduler-extender", "--listen", url.removeprefix("https://"),
+                               "--kubeconfig", str(self.kubeconfig), *self.certificates.extender_args()])
+        scheduler = ssl.create_default_context(cafile=str(self.certificates.server_ca.cert))
+        scheduler.load_cert_chain(str(self.certificates.scheduler.cert), str(self.certificates.scheduler.key))
+        self._wait(lambda: _answers(f"{url}/healthz", scheduler), READY_S, "the extender to serve", EXTENDER)
+
+    def stop_extender(self) -> list[str]:
+        """The extender stopped (SIGTERM); what could not be stopped. `start_extender` starts it
+        again on the same port."""
+        return self._stop(EXTENDER)
 
     def guest_kubeconfig(self) -> str:
         """The admin kubeconfig with the apiserver as the guest reaches it, and the lab's CA in
