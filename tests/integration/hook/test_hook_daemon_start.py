@@ -81,15 +81,15 @@ def activated_daemon(served: list[str], listener: socket.socket, count: str = "1
     """`nri-numa hook-daemon` started the way systemd starts a socket-activated service: the
     socket as descriptor 3, LISTEN_FDS, and LISTEN_PID naming the daemon's own pid."""
     fd = listener.fileno()
-
-    def hand_over() -> None:  # in the child, before exec: only there is its pid known
-        os.dup2(fd, 3)
-        os.environ["LISTEN_FDS"] = count
-        os.environ["LISTEN_PID"] = str(os.getpid())
-
-    return subprocess.Popen([sys.executable, "-m", "nri_numa", "hook-daemon", *served],
-                            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            pass_fds=(3,) if fd != 3 else (), preexec_fn=hand_over)
+    # A launcher hands the socket over and execs the daemon, which keeps its pid. Not a
+    # preexec_fn: that runs Python in a forked copy of this process, where earlier tests' gRPC
+    # threads are missing (gRPC's poller aborted such a child).
+    hand_over = ("import os, sys; fd = int(sys.argv[1]); os.dup2(fd, 3); fd == 3 or os.close(fd); "
+                 f"os.environ.update(LISTEN_FDS={count!r}, LISTEN_PID=str(os.getpid())); "
+                 "os.execv(sys.executable, [sys.executable, *sys.argv[2:]])")
+    return subprocess.Popen([sys.executable, "-c", hand_over, str(fd), "-m", "nri_numa", "hook-daemon",
+                             *served],
+                            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, pass_fds=(fd,))
 
 
 def test_a_socket_handed_over_is_served_and_left_in_place(setup):
