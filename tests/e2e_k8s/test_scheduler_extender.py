@@ -24,19 +24,17 @@ from typing import Any
 
 import pytest
 
-from nri_numa.cluster.node_state import ANNOTATION, NodeState, decode
-from nri_numa.cluster.nrt import GROUP, PLURAL, VERSION
+from nri_numa.cluster.node_state import NodeState
 from nri_numa.cluster.virtual_node_objects import TAINT_KEY, VIRTUAL_LABEL
 from nri_numa.engine.admit import admit
 from nri_numa.engine.context import EngineContext
 from nri_numa.engine.manifest import pod_from_manifest
-from nri_numa.extender.verbs import CHOSEN_NUMA_ANNOTATION
 from nri_numa.runtime.to_request import with_scheduled_numa
-from nri_numa.topology.cpulist import parse_list
 from tests.e2e_k8s.extender_lab import EXTENDER, KEEPER, VIRTUAL_NODES, ExtenderLab
 from tests.e2e_k8s.kube import Json, Kube, wait_for
 from tests.e2e_k8s.lab import Lab
 from tests.e2e_k8s.pods import SUMMARY, pod_manifest
+from tests.e2e_k8s.scheduling import chosen, failed_scheduling, ledger_numa_nodes, published, unschedulable
 
 pytestmark = pytest.mark.k8s
 GPU = "nvidia.com/gpu"
@@ -82,12 +80,6 @@ def pod(name: str, cpu: str | None = None, memory: str = "256Mi", gpus: int = 0,
     return manifest
 
 
-def unschedulable(obj: Json) -> str | None:
-    """The scheduler's message when it found no node for the pod."""
-    for c in obj.get("status", {}).get("conditions", []) or []:
-        if c["type"] == "PodScheduled" and c["status"] == "False" and c.get("reason") == "Unschedulable":
-            return c.get("message", "")
-    return None
 
 
 def wait_decided(kube: Kube, names: list[str], timeout_s: float = DECIDED_S) -> dict[str, Json]:
@@ -100,30 +92,12 @@ def wait_decided(kube: Kube, names: list[str], timeout_s: float = DECIDED_S) -> 
     return wait_for(decided, timeout_s, f"{len(names)} pods bound or unschedulable", poll_s=0.5)
 
 
-def failed_scheduling(kube: Kube, name: str) -> str | None:
-    events = kube.get("/api/v1/namespaces/default/events?fieldSelector=involvedObject.name%3D"
-                      + name)["items"]
-    notes = [e.get("message") or e.get("note", "") for e in events
-             if e.get("reason") == "FailedScheduling"]
-    return notes[-1] if notes else None
 
 
-def published(kube: Kube, node: str) -> NodeState:
-    obj = kube.get(f"/apis/{GROUP}/{VERSION}/{PLURAL}/{node}")
-    return decode(obj["metadata"]["annotations"][ANNOTATION])
 
 
-def chosen(obj: Json) -> frozenset[int]:
-    text = (obj["metadata"].get("annotations") or {}).get(CHOSEN_NUMA_ANNOTATION)
-    return parse_list(text) if text else frozenset()
 
 
-def ledger_numa_nodes(state: NodeState, uid: str) -> frozenset[int]:
-    """The NUMA nodes the node's ledger aligned the pod to (its containers' hints)."""
-    nodes: set[int] = set()
-    for container in state.allocations.pod(uid).containers.values():
-        nodes |= container.hint.affinity or frozenset()
-    return frozenset(nodes)
 
 
 def verdict(state: NodeState, manifest: Json) -> Any:

@@ -30,8 +30,8 @@ from tests.e2e_k8s.pods import SUMMARY
 from tests.e2e_k8s.test_scheduler_extender import (  # noqa: F401 (run here, through the Deployment)
     assert_no_virtual_node_over_committed, pod,
     test_a_pod_that_fits_nowhere_stays_pending_with_each_nodes_reason,
-    test_pods_land_where_the_engine_admits_them_on_the_numa_nodes_it_chose, unschedulable,
-    wait_decided)
+    test_pods_land_where_the_engine_admits_them_on_the_numa_nodes_it_chose, wait_decided)
+from tests.e2e_k8s.scheduling import unschedulable
 
 pytestmark = pytest.mark.k8s
 NAME = "nri-numa-scheduler-extender"

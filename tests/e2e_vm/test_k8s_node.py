@@ -21,14 +21,14 @@ from dataclasses import dataclass
 
 import pytest
 
-from nri_numa.cluster.node_state import ANNOTATION, NodeState, decode
 from nri_numa.cluster.nrt import GROUP, PLURAL, VERSION
 from nri_numa.engine.annotations import RETRY_FOR_ROOM
 from nri_numa.extender.verbs import CHOSEN_NUMA_ANNOTATION
 from nri_numa.topology.cpulist import format_list, parse_list
-from tests.e2e_k8s.kube import ApiError, Json, Kube, running_container_id, wait_for
+from tests.e2e_k8s.kube import Json, Kube, running_container_id, wait_for
 from tests.e2e_k8s.lab import LabUnavailable, find_binaries
 from tests.e2e_k8s.pods import describe_pods, pod_manifest, wait_running
+from tests.e2e_k8s.scheduling import chosen, failed_scheduling, ledger_numa_nodes, published, unschedulable
 from tests.e2e_vm import guest_plan
 from tests.e2e_vm.conftest import _TIMES, Guest
 from tests.e2e_vm.guest_node import AGENT_METRICS
@@ -103,13 +103,6 @@ def k8s_node(guest: Guest, tmp_path_factory: pytest.TempPathFactory) -> Iterator
         assert not problems and not down["problems"], (problems, down["problems"])
 
 
-def nrt(kube: Kube) -> Json | None:
-    try:
-        return kube.get(f"/apis/{GROUP}/{VERSION}/{PLURAL}/{NODE}")
-    except ApiError as exc:
-        if exc.status == 404:
-            return None
-        raise
 
 
 def delete_every_pod(kube: Kube) -> None:
@@ -120,7 +113,7 @@ def delete_every_pod(kube: Kube) -> None:
         kube.delete_pod(obj["metadata"]["name"])
     wait_for(lambda: not kube.pods(), GONE_S, "every pod gone",
              describe=lambda: describe_pods(kube, [p["metadata"]["name"] for p in kube.pods()]))
-    wait_for(lambda: not published(kube).allocations.pods, PUBLISHED_S,
+    wait_for(lambda: not published(kube, NODE).allocations.pods, PUBLISHED_S,
              "the node to publish that it holds no pod")
 
 
@@ -131,21 +124,8 @@ def empty_node(k8s_node: K8sNode) -> K8sNode:
     return k8s_node
 
 
-def published(kube: Kube) -> NodeState:
-    """The node state the guest's agent publishes on its NodeResourceTopology (what the
-    extender's cache reads)."""
-    obj = nrt(kube)
-    if obj is None or ANNOTATION not in (obj["metadata"].get("annotations") or {}):
-        raise AssertionError(f"node {NODE} publishes no node state")
-    return decode(obj["metadata"]["annotations"][ANNOTATION])
 
 
-def ledger_numa_nodes(state: NodeState, uid: str) -> frozenset[int]:
-    """The NUMA nodes the node's ledger aligned the pod to (its containers' hints)."""
-    nodes: set[int] = set()
-    for container in state.allocations.pod(uid).containers.values():
-        nodes |= container.hint.affinity or frozenset()
-    return frozenset(nodes)
 
 
 def free_cpus(layout: Layout) -> dict[int, frozenset[int]]:
@@ -207,23 +187,10 @@ def placed_cpus(node: K8sNode, pod_name: str, container_id: str, count: int) -> 
     return got
 
 
-def failed_scheduling(kube: Kube, name: str) -> str | None:
-    events = kube.get("/api/v1/namespaces/default/events?fieldSelector=involvedObject.name%3D" + name)["items"]
-    notes = [e.get("message", "") for e in events if e.get("reason") == "FailedScheduling"]
-    return notes[-1] if notes else None
 
 
-def unschedulable(obj: Json | None) -> str:
-    """The scheduler's message on a pod it found no node for ("" while there is none)."""
-    for c in (obj or {}).get("status", {}).get("conditions", []) or []:
-        if c["type"] == "PodScheduled" and c["status"] == "False" and c.get("reason") == "Unschedulable":
-            return c.get("message", "")
-    return ""
 
 
-def chosen(obj: Json) -> frozenset[int]:
-    text = (obj["metadata"].get("annotations") or {}).get(CHOSEN_NUMA_ANNOTATION)
-    return parse_list(text) if text else frozenset()
 
 
 def running(node: K8sNode, names: list[str]) -> dict[str, str]:
@@ -233,7 +200,7 @@ def running(node: K8sNode, names: list[str]) -> dict[str, str]:
 
 
 def test_the_node_topology_export_shows_the_guests_numa_nodes(k8s_node: K8sNode, vm_layout: Layout) -> None:
-    obj = wait_for(lambda: nrt(k8s_node.kube), 60.0, "the guest node's NodeResourceTopology",
+    obj = wait_for(lambda: k8s_node.kube.get_if_present(f"/apis/{GROUP}/{VERSION}/{PLURAL}/{NODE}"), 60.0, "the guest node's NodeResourceTopology",
                    describe=lambda: journal(k8s_node, "nri-numa-node-agent"))
     zones = {z["name"]: z for z in obj["zones"] if z["type"] == "Node"}
     assert set(zones) == {f"node-{n.id}" for n in vm_layout.nodes}, sorted(zones)
@@ -262,7 +229,7 @@ def test_a_guaranteed_pod_gets_cpus_of_the_real_numa_node_the_extender_chose(
     assert len(got) == cpus, got
     assert chosen(obj) == {node.id}, (chosen(obj), got)
     assert not got & set(guest_plan.reserved_cpus(vm_layout))
-    state = wait_for(lambda: (lambda s: s if uid in s.allocations.pods else None)(published(kube)),
+    state = wait_for(lambda: (lambda s: s if uid in s.allocations.pods else None)(published(kube, NODE)),
                      PUBLISHED_S, "the node to publish pod aligned")
     assert ledger_numa_nodes(state, uid) == {node.id}
     log = agent_log(k8s_node)
@@ -397,7 +364,7 @@ def refused_waiter(full: FullNode, name: str) -> None:
     that many free, though the node's CPU count has room (kube-scheduler's own filter passes)."""
     kube = full.node.kube
     kube.apply([pod(name, full.cpus)])
-    wait_for(lambda: "nri-numa: TopologyAffinityError" in unschedulable(kube.pod(name)), DECIDED_S,
+    wait_for(lambda: "nri-numa: TopologyAffinityError" in (unschedulable(kube.pod(name)) or ""), DECIDED_S,
              f"{name} refused by nri-numa", describe=lambda: describe_pods(kube, [name]))
 
 
@@ -415,7 +382,7 @@ def delete_holder(full: FullNode) -> str:
 
 def freed(kube: Kube, holder_uid: str) -> float:
     """The monotonic time at which the node's publication shows the holder's CPUs free."""
-    wait_for(lambda: holder_uid not in published(kube).allocations.pods, PUBLISHED_S,
+    wait_for(lambda: holder_uid not in published(kube, NODE).allocations.pods, PUBLISHED_S,
              "the node to publish that the holder's CPUs are free", poll_s=0.05)
     return time.monotonic()
 
@@ -439,7 +406,7 @@ def test_a_refused_pod_is_bound_as_soon_as_the_cpus_it_waits_for_are_free(full_n
     signal_exporter(k8s_node, "STOP")  # publications wait: the scheduler's own retry finds no room
     try:
         holder_uid = delete_holder(full_node)
-        assert holder_uid in published(kube).allocations.pods
+        assert holder_uid in published(kube, NODE).allocations.pods
         assert not kube.pod("waiter-free")["spec"].get("nodeName")
     finally:
         signal_exporter(k8s_node, "CONT")
